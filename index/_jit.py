@@ -1,6 +1,7 @@
 """Numba flags in one place, and the two intrinsics every kernel uses.
 
 * ``popcount64(x)``: number of set bits of a uint64 (LLVM ``ctpop``, one POPCNT instruction).
+* ``ctz64(x)``: trailing zero bits of a nonzero uint64 (LLVM ``cttz``, one TZCNT instruction).
 * ``monotonic_ns()``: ``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds, callable from
   nopython code. It is declared as an external symbol (not a ctypes pointer), so kernels that
   call it can still be cached on disk.
@@ -51,6 +52,18 @@ def popcount64(typingctx, x):
     def codegen(context, builder, signature, args):
         (val,) = args
         return builder.ctpop(val)
+
+    return sig, codegen
+
+
+@intrinsic
+def ctz64(typingctx, x):
+    """Number of trailing zero bits of a nonzero 64-bit integer."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        (val,) = args
+        return builder.cttz(val, ir.Constant(ir.IntType(1), 1))
 
     return sig, codegen
 

@@ -1,0 +1,149 @@
+"""Request and response models of the HTTP API."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+HEX_PATTERN = r"^[0-9a-fA-F]*$"
+MAX_ID = 2**63 - 1
+
+IndexNameStr = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+HexCode = Annotated[str, StringConstraints(pattern=HEX_PATTERN, max_length=64)]
+ItemId = Annotated[int, Field(ge=0, le=MAX_ID)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateIndex(Strict):
+    name: IndexNameStr = Field(description="index name, [A-Za-z0-9_-]{1,64}")
+    bits: int = Field(ge=1, le=256, description="code length Q in bits")
+    mode: Literal["single", "mih", "auto"] = Field(
+        "single", description="single-table bucket search, multi-index hashing, or the planner")
+    substrings: int | None = Field(None, ge=1, le=256,
+                                   description="number of MIH substrings (mih/auto only)")
+
+
+class BucketSizeCount(BaseModel):
+    size: int = Field(description="items in a bucket")
+    buckets: int = Field(description="number of buckets of that size")
+
+
+class IndexInfo(BaseModel):
+    name: str
+    bits: int
+    mode: str
+    substrings: int | None
+    size: int = Field(description="live items (main - tombstones + delta)")
+    main_size: int = Field(description="items in the main snapshot table")
+    delta_size: int = Field(description="items inserted since the last merge")
+    tombstones: int = Field(description="main-table items deleted since the last merge")
+    distinct_codes: int = Field(description="non-empty buckets of the main table")
+    code_space_fraction: float = Field(description="distinct_codes / 2^bits")
+    bucket_size_histogram: list[BucketSizeCount]
+    memory_bytes: int
+    merges: int = Field(description="merges since the server started")
+    merging: bool
+    last_merge_error: str | None
+
+
+class IndexList(BaseModel):
+    indexes: list[IndexInfo]
+
+
+class ItemsIn(Strict):
+    ids: list[ItemId] = Field(description="one non-negative int64 id per code, unique")
+    codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits order")
+
+
+class DeleteIn(Strict):
+    ids: list[ItemId]
+
+
+class WriteOut(BaseModel):
+    inserted: int | None = None
+    deleted: int | None = None
+    size: int = Field(description="live items after the write")
+
+
+class SearchRequest(Strict):
+    codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
+    max_distance: int | None = Field(None, ge=0, le=256,
+                                     description="radius search: every item with d <= r")
+    k: int | None = Field(None, ge=1, description="k-NN search, ordered by (distance, id)")
+    stats: bool = Field(False, description="return per-query, per-radius work counters")
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if (self.max_distance is None) == (self.k is None):
+            raise ValueError("give exactly one of max_distance (radius search) or k (k-NN)")
+        return self
+
+
+class RadiusStats(BaseModel):
+    radius: int
+    probes: int = Field(description="buckets probed at this radius, C(Q, r)")
+    nonempty_buckets: int
+    empty_buckets: int
+    items: int = Field(description="items found in the probed buckets of the main table")
+    lookup_ns: int = Field(description="measured time of this radius (in-kernel clock)")
+    modeled_ns: float | None = Field(description="t0 * probes (null before any calibration)")
+
+
+class SearchResult(BaseModel):
+    ids: list[int]
+    distances: list[int]
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchResult]
+    stats: list[list[RadiusStats]] | None = None
+    took_ms: float
+
+
+class LatencySummary(BaseModel):
+    count: int
+    p50_ns: float | None
+    p90_ns: float | None
+    p99_ns: float | None
+    mean_ns: float | None
+
+
+class RadiusCost(BaseModel):
+    radius: int
+    probes: int = Field(description="C(Q, r) buckets probed at this radius")
+    cumulative_probes: int = Field(description="sum_{i<=r} C(Q, i)")
+    modeled_ns: float | None = Field(description="t0 * probes")
+    measured: LatencySummary
+
+
+class ExtendedModel(BaseModel):
+    source: str
+    terms: list[str]
+    coefficients_ns: list[float]
+    samples: int
+
+
+class CostModelOut(BaseModel):
+    index: str
+    bits: int
+    t0_ns: float | None = Field(description="cost of one probe, least squares through the origin")
+    t0_source: str | None
+    t0_samples: int
+    extended_model: ExtendedModel | None
+    radii: list[RadiusCost]
+
+
+class CalibrateIn(Strict):
+    queries: int = Field(256, ge=1, le=100_000, description="number of sampled queries")
+    max_distance: int = Field(2, ge=0, le=256, description="radius searched by each query")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+class Health(BaseModel):
+    status: str
+    indexes: int | None = None
+    detail: str | None = None

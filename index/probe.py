@@ -1,0 +1,441 @@
+"""Exact Hamming-ball probing of a bucket table, with per-radius accounting.
+
+A radius-``r`` probe enumerates all ``C(Q, r)`` codes at Hamming distance exactly ``r`` from the
+query (XOR masks of ``r`` bit positions, next-combination order) and looks each up in the
+:class:`~index.table.BucketTable`. Range search probes radii ``0..R`` (radius inclusive:
+``d <= R``); k-NN probes radius after radius until ``k`` items are found, finishing the last
+radius so that ties are broken exactly by (distance, id) (the bucket search of Jiang, Li & Li).
+
+Per query and radius the kernel records ``probes`` (= ``C(Q, r)``), ``nonempty_buckets``,
+``empty_buckets``, ``items`` and ``lookup_ns`` (``clock_gettime(CLOCK_MONOTONIC)`` read inside
+the compiled kernel at each radius boundary).
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from index._jit import ctz64, default_threads, monotonic_ns, njit
+from index.codes import as_words, check_bits, word_widths
+from index.table import BucketTable, find_bucket, find_bucket_word
+
+DEFAULT_MAX_PROBES = 10_000_000
+PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel
+PARALLEL_MIN_QUERIES = 16    # smaller batches run on the calling thread
+STAT_FIELDS = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")
+
+
+class ProbeLimitError(ValueError):
+    """A search would probe more buckets than ``max_probes`` allows."""
+
+    def __init__(self, probes: int, limit: int, radius: int, bits: int):
+        self.probes, self.limit, self.radius = probes, limit, radius
+        super().__init__(
+            f"a radius-{radius} search of {bits}-bit codes probes {probes:,} buckets, more than "
+            f"the limit max_probes={limit:,}; use a smaller radius, raise the limit, or use "
+            "multi-index hashing (mode 'mih') or the planner (mode 'auto')")
+
+
+def probe_counts(bits: int, max_radius: int) -> list[int]:
+    """Exact ``C(Q, r)`` for ``r = 0..max_radius`` (Python ints, no overflow)."""
+    return [math.comb(bits, r) for r in range(max_radius + 1)]
+
+
+def flip_masks(bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every bit position ``j``: the word that holds it and the XOR mask that flips it."""
+    flip_word = np.empty(bits, dtype=np.int64)
+    flip_mask = np.empty(bits, dtype=np.uint64)
+    j = 0
+    for w, width in enumerate(word_widths(bits)):
+        for i in range(width):
+            flip_word[j] = w
+            flip_mask[j] = np.uint64(1) << np.uint64(width - 1 - i)
+            j += 1
+    return flip_word, flip_mask
+
+
+@dataclass
+class SearchStats:
+    """Per-query, per-radius accounting of a search; every array is ``(nq, R + 1)`` int64."""
+
+    probes: np.ndarray
+    nonempty_buckets: np.ndarray
+    empty_buckets: np.ndarray
+    items: np.ndarray
+    lookup_ns: np.ndarray
+    radii: np.ndarray      # (nq,) number of radii searched (0..radii-1)
+    total_ns: np.ndarray   # (nq,) whole query time
+
+    def per_query(self, i: int) -> list[dict]:
+        """Records ``{"radius", "probes", "nonempty_buckets", ...}`` of query ``i``."""
+        return [{"radius": r, **{f: int(getattr(self, f)[i, r]) for f in STAT_FIELDS}}
+                for r in range(int(self.radii[i]))]
+
+    @classmethod
+    def concat(cls, parts: list[SearchStats]) -> SearchStats:
+        width = max(p.probes.shape[1] for p in parts)
+
+        def stack(name):
+            arrays = [getattr(p, name) for p in parts]
+            if arrays[0].ndim == 2:
+                arrays = [np.pad(a, ((0, 0), (0, width - a.shape[1]))) for a in arrays]
+            return np.concatenate(arrays)
+
+        return cls(**{name: stack(name) for name in cls.__dataclass_fields__})
+
+
+@njit
+def _grow(buf, need):
+    if need <= len(buf):
+        return buf
+    out = np.empty(max(need, 2 * len(buf)), dtype=buf.dtype)
+    out[:len(buf)] = buf
+    return out
+
+
+@njit(inline="always")
+def _emit(b, r, offsets, ids, out_i, out_d, n_out):
+    """Append bucket ``b``'s items at distance ``r`` to the growing result buffers."""
+    lo = offsets[b]
+    hi = offsets[b + 1]
+    out_i = _grow(out_i, n_out + hi - lo)
+    out_d = _grow(out_d, n_out + hi - lo)
+    for t in range(lo, hi):
+        out_i[n_out] = ids[t]
+        out_d[n_out] = r
+        n_out += 1
+    return out_i, out_d, n_out
+
+
+@njit(inline="always")
+def _record_hit(b, hits, nonempty):
+    """Keep bucket ``b`` while the buffer has room; the count goes on regardless."""
+    if nonempty < len(hits):
+        hits[nonempty] = b
+    return nonempty + 1
+
+
+@njit
+def _probe_radius_word(q, r, bits, codes, slots, bitmap, table_shift, filter_shift, direct,
+                       hits):
+    """Probe the radius-r sphere of a one-word code (Q <= 64): ``(probes, nonempty)``.
+
+    r-bit masks are enumerated with Gosper's hack (the next larger integer with the same
+    popcount); ``rr == 0`` means the last mask of a 64-bit code overflowed. Non-empty buckets go
+    to ``hits`` (the hot loop never allocates: that keeps it 3x faster).
+    """
+    probes = 0
+    nonempty = 0
+    m = ~np.uint64(0) if r == 64 else (np.uint64(1) << np.uint64(r)) - np.uint64(1)
+    while True:
+        probes += 1
+        b = find_bucket_word(q ^ m, codes, slots, bitmap, table_shift, filter_shift, direct)
+        if b >= 0:
+            nonempty = _record_hit(b, hits, nonempty)
+        if r == 0:
+            break
+        c = m & (~m + np.uint64(1))
+        rr = m + c
+        if rr == 0:
+            break
+        m = rr | (((m ^ rr) >> np.uint64(2)) >> ctz64(c))
+        if bits < 64 and (m >> np.uint64(bits)) != 0:
+            break
+    return probes, nonempty
+
+
+@njit
+def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots, bitmap,
+                        table_shift, filter_shift, direct, hits):
+    """Probe the radius-r sphere of a several-word code: ``(probes, nonempty)``.
+
+    Bit positions ``pos[0] < ... < pos[r-1]`` advance in next-combination order; ``cur`` is
+    the query with those bits flipped.
+    """
+    W = len(q)
+    probes = 0
+    nonempty = 0
+    for w in range(W):
+        cur[w] = q[w]
+    for j in range(r):
+        pos[j] = j
+        cur[flip_word[j]] ^= flip_mask[j]
+    while True:
+        probes += 1
+        b = find_bucket(cur, W, codes, slots, bitmap, table_shift, filter_shift, direct)
+        if b >= 0:
+            nonempty = _record_hit(b, hits, nonempty)
+        i = r - 1
+        while i >= 0 and pos[i] == bits - r + i:
+            i -= 1
+        if i < 0:
+            break
+        for j in range(i, r):
+            cur[flip_word[pos[j]]] ^= flip_mask[pos[j]]
+        pos[i] += 1
+        for j in range(i + 1, r):
+            pos[j] = pos[j - 1] + 1
+        for j in range(i, r):
+            cur[flip_word[pos[j]]] ^= flip_mask[pos[j]]
+    return probes, nonempty
+
+
+@njit
+def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max_probes,
+                  with_clock, codes, slots, bitmap, table_shift, filter_shift, direct,
+                  offsets, ids):
+    """Probe every query's Hamming ball; range search when ``k < 0``, k-NN otherwise.
+
+    Returns CSR results (counts, distances, ids) sorted by (distance, id) per query, the
+    per-radius statistics, and per query the radius at which the probe limit stopped it (-1: not
+    stopped).
+    """
+    nq, W = xq.shape
+    ntotal = len(ids)
+    width = max_radius + 1
+    counts = np.zeros(nq, dtype=np.int64)
+    stats = np.zeros((5, nq, width), dtype=np.int64)
+    radii = np.zeros(nq, dtype=np.int64)
+    total_ns = np.zeros(nq, dtype=np.int64)
+    limited = np.full(nq, -1, dtype=np.int64)
+    out_d = np.empty(1024, dtype=np.int32)
+    out_i = np.empty(1024, dtype=np.int64)
+    n_out = 0
+    cur = np.empty(W, dtype=np.uint64)
+    pos = np.empty(max(max_radius, 1), dtype=np.int64)
+    hits = np.empty(4096, dtype=np.int64)
+    for qi in range(nq):
+        start = n_out
+        spent = 0
+        t_query = monotonic_ns() if with_clock else 0
+        for r in range(width):
+            if k >= 0 and spent + per_radius[r] > max_probes:
+                limited[qi] = r
+                break
+            spent += per_radius[r]
+            t0 = monotonic_ns() if with_clock else 0
+            seg = n_out
+            while True:
+                if W == 1:
+                    probes, nonempty = _probe_radius_word(
+                        xq[qi, 0], r, bits, codes, slots, bitmap, table_shift, filter_shift,
+                        direct, hits)
+                else:
+                    probes, nonempty = _probe_radius_words(
+                        xq[qi], r, bits, flip_word, flip_mask, cur, pos, codes, slots, bitmap,
+                        table_shift, filter_shift, direct, hits)
+                if nonempty <= len(hits):
+                    break
+                hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe the radius again
+            for h in range(nonempty):
+                out_i, out_d, n_out = _emit(hits[h], r, offsets, ids, out_i, out_d, n_out)
+            if n_out - seg > 1:
+                out_i[seg:n_out] = np.sort(out_i[seg:n_out])
+            stats[0, qi, r] = probes
+            stats[1, qi, r] = nonempty
+            stats[2, qi, r] = probes - nonempty
+            stats[3, qi, r] = n_out - seg
+            if with_clock:
+                stats[4, qi, r] = monotonic_ns() - t0
+            radii[qi] = r + 1
+            if k >= 0 and (n_out - start >= k or n_out - start >= ntotal):
+                break
+        if k >= 0 and n_out - start > k:
+            n_out = start + k
+        counts[qi] = n_out - start
+        if with_clock:
+            total_ns[qi] = monotonic_ns() - t_query
+    return counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns, limited
+
+
+def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
+    """CSR results (at most k per query, already ordered) -> (nq, k) arrays padded with -1."""
+    nq = len(lims) - 1
+    out_d = np.full((nq, k), -1, dtype=np.int32)
+    out_i = np.full((nq, k), -1, dtype=np.int64)
+    counts = np.diff(lims)
+    rows = np.repeat(np.arange(nq), counts)
+    cols = np.arange(len(I)) - np.repeat(lims[:-1], counts)
+    out_d[rows, cols] = D
+    out_i[rows, cols] = I
+    return out_d, out_i
+
+
+def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
+    """Run ``kernel(xq_chunk) -> (counts, D, I, *rest)`` over query chunks on a thread pool.
+
+    Kernels release the GIL, so chunks run in parallel. Returns ``lims, D, I`` and the list of
+    the chunks' remaining outputs.
+    """
+    threads = threads or default_threads()
+    nq = len(xq)
+    if threads <= 1 or nq < PARALLEL_MIN_QUERIES:
+        parts = [kernel(xq)]
+    else:
+        bounds = np.linspace(0, nq, min(threads, nq) + 1).astype(int)
+        with ThreadPoolExecutor(len(bounds) - 1) as pool:
+            parts = list(pool.map(lambda b: kernel(xq[b[0]:b[1]]), zip(bounds, bounds[1:])))
+    counts = np.concatenate([p[0] for p in parts])
+    lims = np.zeros(nq + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    D = np.concatenate([p[1] for p in parts])
+    I = np.concatenate([p[2] for p in parts])
+    return lims, D, I, [p[3:] for p in parts]
+
+
+class IndexBase:
+    """What every index shares: ids, codes, validation, add/remove, the result layouts."""
+
+    def __init__(self, bits: int):
+        self.bits = check_bits(bits)
+        self.threads: int | None = None
+
+    def __len__(self) -> int:
+        return self.ntotal
+
+    def _check_queries(self, queries) -> np.ndarray:
+        try:
+            return as_words(queries, self.bits)
+        except ValueError as exc:
+            raise ValueError(f"queries: {exc}") from None
+
+    @staticmethod
+    def _check_radius(max_distance, bits):
+        if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)):
+            raise TypeError(f"max_distance must be an int in [0, {bits}], got {max_distance!r}")
+        if not 0 <= max_distance <= bits:
+            raise ValueError(f"max_distance must be in [0, {bits}], got {max_distance}")
+        return int(max_distance)
+
+    @staticmethod
+    def _check_k(k):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        return int(k)
+
+    def _merge_ids(self, words: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
+        """Validated new ids (default ntotal..) merged with the present (words, ids)."""
+        n = len(words)
+        if ids is None:
+            start = int(self.ids.max()) + 1 if self.ntotal else 0
+            ids = np.arange(start, start + n, dtype=np.int64)
+        else:
+            ids = np.asarray(ids)
+            if ids.ndim != 1 or len(ids) != n or not np.issubdtype(ids.dtype, np.integer):
+                raise ValueError(f"ids must be a 1-D int array of length {n} (one per code), "
+                                 f"got shape {ids.shape} and dtype {ids.dtype}")
+            ids = ids.astype(np.int64)
+            uniq, cnt = np.unique(ids, return_counts=True)
+            if (cnt > 1).any():
+                raise ValueError(f"ids: id {int(uniq[cnt > 1][0])} appears more than once in "
+                                 "the batch")
+            clash = np.isin(ids, self.ids)
+            if clash.any():
+                raise ValueError(f"ids: id {int(ids[clash][0])} is already in the index")
+        return (np.concatenate([self.words, words]), np.concatenate([self.ids, ids]))
+
+    def add(self, codes, ids=None) -> None:
+        """Add codes (any format of :func:`index.codes.as_words`) with optional unique ids."""
+        words = as_words(codes, self.bits)
+        self._rebuild(*self._merge_ids(words, ids))
+
+    def remove(self, ids) -> int:
+        """Remove items by id; unknown ids are ignored. Returns the number removed."""
+        keep = ~np.isin(self.ids, np.asarray(ids, dtype=np.int64))
+        removed = int((~keep).sum())
+        if removed:
+            self._rebuild(self.words[keep], self.ids[keep])
+        return removed
+
+    def search(self, queries, k: int, stats: bool = False):
+        """Exact k-NN: ``(D, I)`` of shape ``(nq, k)``, ordered by (distance, id), padded -1."""
+        k = self._check_k(k)
+        lims, D, I, *rest = self._knn_csr(self._check_queries(queries), k, stats)
+        out_d, out_i = csr_to_knn(lims, D, I, k)
+        return (out_d, out_i, *rest)
+
+
+class HammingIndex(IndexBase):
+    """Single-table bucket search (hash lookup) over ``bits``-bit codes.
+
+    ``max_probes`` bounds ``sum_{r<=R} C(Q, r)`` of one query; beyond it a search raises
+    :class:`ProbeLimitError` (the planner then picks multi-index hashing or the linear scan).
+    """
+
+    kind = "hamming"
+
+    def __init__(self, bits: int, max_probes: int = DEFAULT_MAX_PROBES):
+        super().__init__(bits)
+        if not 1 <= int(max_probes) <= PROBE_CAP:
+            raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
+        self.max_probes = int(max_probes)
+        self.flip_word, self.flip_mask = flip_masks(self.bits)
+        self._rebuild(np.empty((0, len(word_widths(self.bits))), np.uint64),
+                      np.empty(0, np.int64))
+
+    def _rebuild(self, words, ids):
+        self.table = BucketTable.build(self.bits, words, ids)
+
+    @property
+    def ntotal(self) -> int:
+        return self.table.ntotal
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Item ids in table order: sorted by (code, id)."""
+        return self.table.ids
+
+    @property
+    def words(self) -> np.ndarray:
+        """Item codes in table order, aligned with :attr:`ids`."""
+        return self.table.item_words()
+
+    def memory_bytes(self) -> int:
+        return self.table.memory_bytes()
+
+    def probe_count(self, max_distance: int) -> int:
+        """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query."""
+        return sum(probe_counts(self.bits, max_distance))
+
+    def _run(self, xq, max_radius, k, stats):
+        per_radius = np.array([min(c, PROBE_CAP) for c in probe_counts(self.bits, max_radius)],
+                              dtype=np.int64)
+        args = (self.bits, self.flip_word, self.flip_mask, per_radius, max_radius, k,
+                self.max_probes, stats, *self.table.lookup_args(), self.table.offsets,
+                self.table.ids)
+        lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
+                                       self.threads)
+        limited = np.concatenate([r[3] for r in rest])
+        if (limited >= 0).any():
+            radius = int(limited[limited >= 0].max())
+            raise ProbeLimitError(self.probe_count(radius), self.max_probes, radius, self.bits)
+        if not stats:
+            return lims, D, I
+        radii = np.concatenate([r[1] for r in rest])
+        st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :max(int(radii.max(initial=0)), 1)]
+        return lims, D, I, SearchStats(*st, radii=radii,
+                                       total_ns=np.concatenate([r[2] for r in rest]))
+
+    def range_search(self, queries, max_distance: int, stats: bool = False):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
+        R = self._check_radius(max_distance, self.bits)
+        xq = self._check_queries(queries)
+        probes = self.probe_count(R)
+        if probes > self.max_probes:
+            raise ProbeLimitError(probes, self.max_probes, R, self.bits)
+        return self._run(xq, R, -1, stats)
+
+    def _knn_csr(self, xq, k, stats):
+        return self._run(xq, self.bits, k, stats)
+
+    def save(self, path) -> None:
+        from index.store import save_index
+        save_index(path, self)
+
+    @classmethod
+    def load(cls, path, mmap: bool = False) -> HammingIndex:
+        from index.store import load_index
+        return load_index(path, mmap=mmap, expected_kind=cls.kind)

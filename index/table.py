@@ -1,0 +1,203 @@
+"""Bucket table: the inverted index from code to items (CSR buckets + open-addressing lookup).
+
+Layout (all flat arrays, so a snapshot is a handful of ``.npy`` files that ``mmap`` shares):
+
+* ``codes``   ``(nu, W)`` uint64, the distinct codes, sorted lexicographically by words;
+* ``offsets`` ``(nu + 1,)`` int64, bucket ``b`` holds ``ids[offsets[b]:offsets[b + 1]]``;
+* ``ids``     ``(n,)`` int64, item ids sorted by (code, id);
+* ``slots``   ``(2^t,)`` int32 open-addressing table (linear probing, load <= 1/2) of bucket
+  numbers, -1 for empty, keyed by a multiplicative hash of the code's words;
+* ``bitmap``  ``(2^f / 64,)`` uint64 occupancy filter, ``f >= t + 3``: one bit per hash value,
+  checked before the table so an empty probe (the common case at radius >= 2) costs one load.
+
+For ``Q <= DIRECT_MAX_BITS`` (and codes dense enough) the table is direct-addressed instead:
+``slots`` has ``2^Q`` entries indexed by the code value itself, and there is no bitmap.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from index._jit import njit
+from index.codes import n_words
+
+EMPTY = np.int32(-1)
+HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
+DIRECT_MAX_BITS = 24      # direct addressing only up to 2^24 slots (64 MiB of int32)
+BITMAP_BITS_PER_CODE = 16  # filter size, rounded up to a power of two: ~6% false positives
+
+
+@njit(inline="always")
+def hash_words(words, W):
+    """Multiplicative (Fibonacci) hash of a code's W words; the top bits are the mixed ones.
+
+    For one word it is ``code * HASH_MULTIPLIER mod 2^64``, the same as :func:`hash_word`.
+    """
+    h = words[0] * HASH_MULTIPLIER
+    for w in range(1, W):
+        h = (h ^ (h >> np.uint64(31)) ^ words[w]) * HASH_MULTIPLIER
+    return h
+
+
+@njit(inline="always")
+def find_bucket_word(code, codes, slots, bitmap, table_shift, filter_shift, direct):
+    """:func:`find_bucket` for one-word codes (Q <= 64), the fast path."""
+    if direct:
+        return slots[code]
+    h = code * HASH_MULTIPLIER
+    f = h >> filter_shift
+    if (bitmap[f >> np.uint64(6)] >> (f & np.uint64(63))) & np.uint64(1) == 0:
+        return -1
+    mask = np.uint64(len(slots) - 1)
+    s = h >> table_shift
+    while True:
+        b = slots[s]
+        if b < 0 or codes[b, 0] == code:
+            return b
+        s = (s + np.uint64(1)) & mask
+
+
+@njit(inline="always")
+def find_bucket(cur, W, codes, slots, bitmap, table_shift, filter_shift, direct):
+    """Bucket number of code ``cur`` (W words), or -1 when no item has that code."""
+    if direct:
+        return slots[cur[0]]
+    h = hash_words(cur, W)
+    f = h >> filter_shift
+    if (bitmap[f >> np.uint64(6)] >> (f & np.uint64(63))) & np.uint64(1) == 0:
+        return -1
+    mask = np.uint64(len(slots) - 1)
+    s = h >> table_shift
+    while True:
+        b = slots[s]
+        if b < 0:
+            return -1
+        same = True
+        for w in range(W):
+            if codes[b, w] != cur[w]:
+                same = False
+                break
+        if same:
+            return b
+        s = (s + np.uint64(1)) & mask
+
+
+@njit
+def _fill_hash(codes, slots, bitmap, table_shift, filter_shift):
+    mask = np.uint64(len(slots) - 1)
+    W = codes.shape[1]
+    for b in range(codes.shape[0]):
+        h = hash_words(codes[b], W)
+        f = h >> filter_shift
+        bitmap[f >> np.uint64(6)] |= np.uint64(1) << (f & np.uint64(63))
+        s = h >> table_shift
+        while slots[s] >= 0:
+            s = (s + np.uint64(1)) & mask
+        slots[s] = b
+
+
+@njit
+def _fill_direct(codes, slots):
+    for b in range(codes.shape[0]):
+        slots[codes[b, 0]] = b
+
+
+@njit
+def _bucket_bounds(sorted_codes):
+    """Start of every run of equal rows in lexicographically sorted codes, plus n at the end."""
+    n, W = sorted_codes.shape
+    starts = np.empty(n + 1, dtype=np.int64)
+    nu = 0
+    for i in range(n):
+        new = i == 0
+        if not new:
+            for w in range(W):
+                if sorted_codes[i, w] != sorted_codes[i - 1, w]:
+                    new = True
+                    break
+        if new:
+            starts[nu] = i
+            nu += 1
+    starts[nu] = n
+    return starts[:nu + 1].copy()
+
+
+def _sort_order(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Permutation sorting items by (code words, id)."""
+    if words.shape[1] == 1 and len(ids) > 1 and np.all(ids[1:] > ids[:-1]):
+        return np.argsort(words[:, 0], kind="stable")  # ids already increasing: stable by code
+    keys = [ids] + [words[:, w] for w in range(words.shape[1] - 1, -1, -1)]
+    return np.lexsort(keys)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(4, int(x - 1).bit_length())
+
+
+class BucketTable:
+    """Immutable bucket table over ``(n, W)`` uint64 codes and int64 ids (see module docstring)."""
+
+    ARRAYS = ("codes", "offsets", "ids", "slots", "bitmap")
+
+    def __init__(self, bits, codes, offsets, ids, slots, bitmap, direct):
+        self.bits = bits
+        self.codes, self.offsets, self.ids = codes, offsets, ids
+        self.slots, self.bitmap, self.direct = slots, bitmap, bool(direct)
+        self.table_shift = np.uint64(64 - (len(slots).bit_length() - 1))
+        self.filter_shift = np.uint64(64 - (64 * len(bitmap)).bit_length() + 1)
+
+    @classmethod
+    def build(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> BucketTable:
+        """Sort items by (code, id), cut into buckets, and fill the lookup structure."""
+        W = n_words(bits)
+        words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, W)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        order = _sort_order(words, ids)
+        sorted_words = words[order]
+        offsets = _bucket_bounds(sorted_words)
+        codes = np.ascontiguousarray(sorted_words[offsets[:-1]])
+        sorted_ids = ids[order]
+        nu = len(codes)
+        direct = bits <= DIRECT_MAX_BITS and (bits <= 16 or (1 << bits) <= 8 * max(nu, 1))
+        if direct:
+            slots = np.full(1 << bits, EMPTY, dtype=np.int32)
+            bitmap = np.zeros(1, dtype=np.uint64)
+            table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, True)
+            _fill_direct(codes, slots)
+        else:
+            slots = np.full(_pow2_at_least(2 * nu), EMPTY, dtype=np.int32)
+            bitmap = np.zeros(max(64, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
+                              dtype=np.uint64)
+            table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, False)
+            _fill_hash(codes, slots, bitmap, table.table_shift, table.filter_shift)
+        return table
+
+    @classmethod
+    def from_arrays(cls, bits: int, arrays: dict, direct: bool) -> BucketTable:
+        return cls(bits, *(arrays[name] for name in cls.ARRAYS), direct)
+
+    def arrays(self) -> dict:
+        return {name: getattr(self, name) for name in self.ARRAYS}
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.ids)
+
+    @property
+    def distinct_codes(self) -> int:
+        return len(self.codes)
+
+    def bucket_sizes(self) -> np.ndarray:
+        """Items per non-empty bucket, in bucket order."""
+        return np.diff(self.offsets)
+
+    def item_words(self) -> np.ndarray:
+        """Each item's code, in table order (aligned with ``ids``)."""
+        return np.repeat(self.codes, self.bucket_sizes(), axis=0)
+
+    def memory_bytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays().values())
+
+    def lookup_args(self):
+        """The arguments of :func:`find_bucket` after the code."""
+        return (self.codes, self.slots, self.bitmap, self.table_shift, self.filter_shift,
+                self.direct)

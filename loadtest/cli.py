@@ -1,0 +1,267 @@
+"""``bucketsearch-loadtest`` (also ``python -m loadtest``): drive a bucketsearch server.
+
+Sends a seeded mix of radius and k-NN searches to ``POST /v1/indexes/{index}/search`` in an open
+loop (scheduled arrivals, latency corrected for coordinated omission) or a closed loop (fixed
+concurrency), then fetches the server's cost model and prints measured vs modeled cost per
+radius. See :mod:`loadtest.runner` and :mod:`loadtest.stats` for the definitions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from loadtest import dataset
+from loadtest.report import build_report, plot_report, print_report
+from loadtest.runner import (ARRIVALS, MODES, RunConfig, ServerError, check_server, config_dict,
+                             get_cost_model, get_index, run, saturation_warnings)
+from loadtest.stats import LoadStats
+from loadtest.workload import QueryClass, Workload, parse_radii
+
+EXAMPLES = """examples:
+  # open loop, 300 radius-1 single queries per second for 10 s, JSON report and plot
+  bucketsearch-loadtest --url http://127.0.0.1:8000 --index demo --mode open --rate 300 \\
+      --radii 1 --duration 10 --json out/load.json --plot out/load.png
+  # closed loop, 8 concurrent clients, radii 0..3 and 10-NN, batches of 16 queries
+  bucketsearch-loadtest --index demo --mode closed --concurrency 8 --radii 0-3 --knn 10 \\
+      --batch 16 --requests 2000
+  # Poisson arrivals from 2 client processes; queries drawn from your own codes
+  bucketsearch-loadtest --index mine --rate 600 --arrivals poisson --processes 2 \\
+      --codes my_codes.npy
+
+Latency is measured from the intended send time (open loop: coordinated omission corrected),
+service time from the actual send. Percentiles are nearest-rank over an HDR histogram.
+Queries are codes of --codes (default: the embedded synthetic data set, the one `demo` loads)
+with up to r bits flipped, so radius-r queries find their source code.
+"""
+
+
+def _positive_int(flag):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not an integer "
+                                             "(allowed: an integer >= 1)") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= 1")
+        return value
+    return parse
+
+
+def _nonneg_int(flag):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not an integer "
+                                             "(allowed: an integer >= 0)") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= 0")
+        return value
+    return parse
+
+
+def _positive_float(flag, allow_zero=False):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not a number") from None
+        if not (value >= 0 if allow_zero else value > 0) or value != value:
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text}: must be a number {'>= 0' if allow_zero else '> 0'}")
+        return value
+    return parse
+
+
+def _radii(text):
+    try:
+        return parse_radii(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _knn(text):
+    out = []
+    for part in str(text).split(","):
+        if not part.strip():
+            continue
+        try:
+            k = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--knn {text!r}: {part!r} is not an integer "
+                                             "(allowed: comma-separated k >= 1)") from None
+        if k < 1:
+            raise argparse.ArgumentTypeError(f"--knn {text!r}: k must be >= 1")
+        out.append(k)
+    return sorted(set(out))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The load-test flags (shared with the demo)."""
+    g = p.add_argument_group("target")
+    g.add_argument("--url", default="http://127.0.0.1:8000",
+                   help="server base URL (default %(default)s)")
+    g.add_argument("--index", default="demo", help="index name (default %(default)s)")
+    g = p.add_argument_group("load")
+    g.add_argument("--mode", choices=MODES, default="open",
+                   help="open: scheduled arrivals at --rate; closed: --concurrency workers each "
+                        "waiting for its answer (default %(default)s)")
+    g.add_argument("--rate", type=_positive_float("--rate"), default=200.0,
+                   help="open loop: target requests per second (default %(default)s)")
+    g.add_argument("--arrivals", choices=ARRIVALS, default="constant",
+                   help="open loop: constant intervals or Poisson arrivals (default %(default)s)")
+    g.add_argument("--concurrency", type=_positive_int("--concurrency"), default=8,
+                   help="closed loop: concurrent workers (default %(default)s)")
+    g.add_argument("--max-inflight", type=_positive_int("--max-inflight"), default=256,
+                   help="open loop: cap on outstanding requests / connections "
+                        "(default %(default)s)")
+    g.add_argument("--duration", type=_positive_float("--duration"), default=10.0,
+                   help="measured seconds after the warm-up (default %(default)s)")
+    g.add_argument("--requests", type=_positive_int("--requests"), default=None,
+                   help="stop after this many measured requests (default: duration only)")
+    g.add_argument("--warmup", type=_positive_float("--warmup", allow_zero=True), default=1.0,
+                   help="seconds of load sent first and discarded (default %(default)s)")
+    g.add_argument("--timeout", type=_positive_float("--timeout"), default=10.0,
+                   help="per-request timeout in seconds (default %(default)s)")
+    g.add_argument("--processes", type=_positive_int("--processes"), default=1,
+                   help="client processes sharing the rate/concurrency (default %(default)s)")
+    g = p.add_argument_group("queries")
+    g.add_argument("--radii", type=_radii, default=[0, 1, 2],
+                   help="radius classes, e.g. 0,1,2 or 0-3 (default 0,1,2)")
+    g.add_argument("--knn", type=_knn, default=[],
+                   help="k-NN classes, e.g. 10 or 1,10 (default none)")
+    g.add_argument("--batch", type=_positive_int("--batch"), default=1,
+                   help="queries per request (default %(default)s)")
+    g.add_argument("--seed", type=_nonneg_int("--seed"), default=0,
+                   help="seed of the query mix and of Poisson arrivals (default %(default)s)")
+    g.add_argument("--codes", default=None, metavar="PATH",
+                   help="queries are drawn from these codes: .npy of packed uint8 rows "
+                        "(n, ceil(bits/8)) or of bits (n, bits); default: the embedded "
+                        "synthetic data set")
+    g.add_argument("--data-n", type=_positive_int("--data-n"), default=dataset.DEFAULT_N,
+                   help="size of the embedded data set to draw from (default %(default)s)")
+    g.add_argument("--data-seed", type=_nonneg_int("--data-seed"), default=dataset.DEFAULT_SEED,
+                   help="seed of the embedded data set (default %(default)s)")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", type=Path, default=None, metavar="OUT",
+                   help="write the JSON report here")
+    g.add_argument("--plot", type=Path, default=None, metavar="OUT",
+                   help="write the PNG plot here")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bucketsearch-loadtest",
+        description="Load-test a bucketsearch server and compare measured with modeled cost.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return parser
+
+
+def load_codes(path: str | None, bits: int, data_n: int, data_seed: int) -> np.ndarray:
+    """Packed ``(n, ceil(bits/8))`` uint8 rows to draw queries from."""
+    if path is None:
+        return dataset.clustered_codes(data_n, bits, data_seed)
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--codes {path!r}: cannot read a .npy file ({exc})") from None
+    nbytes = (bits + 7) // 8
+    if arr.ndim == 2 and arr.shape[1] == bits and arr.dtype != np.uint8 or \
+            (arr.ndim == 2 and arr.shape[1] == bits and bits != nbytes):
+        return np.packbits((arr > 0).astype(np.uint8), axis=1)
+    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == nbytes:
+        return np.ascontiguousarray(arr)
+    raise ValueError(f"--codes {path!r}: shape {arr.shape} dtype {arr.dtype} is not packed "
+                     f"(n, {nbytes}) uint8 nor (n, {bits}) bits of a {bits}-bit index")
+
+
+def config_from_args(args) -> RunConfig:
+    return RunConfig(url=args.url.rstrip("/"), index=args.index, mode=args.mode, rate=args.rate,
+                     arrivals=args.arrivals, concurrency=args.concurrency,
+                     max_inflight=args.max_inflight, duration=args.duration,
+                     requests=args.requests, warmup=args.warmup, timeout=args.timeout,
+                     processes=args.processes, seed=args.seed,
+                     progress=not args.no_progress).validate()
+
+
+def execute(cfg: RunConfig, workload: Workload, bits: int, extra_params: dict | None = None,
+            fetch_cost_model: bool = True) -> dict:
+    """Run the load, fetch the cost model, return the report dict (no printing)."""
+    outcome = run(cfg, workload)
+    stats = LoadStats(outcome.measure_from_ns).add_all(outcome.results)
+    warnings = saturation_warnings(cfg, outcome, stats)
+    cost_model = get_cost_model(cfg.url, cfg.index) if fetch_cost_model else None
+    params = {**config_dict(cfg), **workload.describe(), **(extra_params or {})}
+    client = {"cpu_share_of_core": outcome.cpu_share(), "cpu_s": outcome.cpu_s,
+              "wall_s": outcome.wall_s, "max_inflight_seen": outcome.max_inflight_seen}
+    return build_report(stats, params, bits, cost_model, warnings, client)
+
+
+def write_outputs(report: dict, json_path: Path | None, plot_path: Path | None) -> list[str]:
+    written = []
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+        written.append(str(json_path))
+    if plot_path is not None:
+        plot_path.parent.mkdir(parents=True, exist_ok=True)
+        plot_report(report, plot_path)
+        written.append(str(plot_path))
+    return written
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = parser.prog
+    try:
+        cfg = config_from_args(args)
+        check_server(cfg.url)
+        info = get_index(cfg.url, cfg.index)
+        bits = int(info.get("bits") or 0)
+        if not 1 <= bits <= 256:
+            raise ServerError(f"GET /v1/indexes/{cfg.index} gave no valid 'bits' ({info})")
+        base = load_codes(args.codes, bits, args.data_n, args.data_seed)
+        classes = [QueryClass(radius=r) for r in args.radii] + [QueryClass(k=k) for k in args.knn]
+        workload = Workload(base, bits, classes, batch=args.batch, seed=args.seed)
+        report = execute(cfg, workload, bits, {"codes": args.codes or "embedded synthetic",
+                                                "data_n": args.data_n})
+    except ServerError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    print_report(report)
+    for path in write_outputs(report, args.json, args.plot):
+        print(f"wrote {path}")
+    ok = report["requests"] - report["errors"]
+    if report["requests"] and ok == 0:
+        print(f"{prog}: error: every measured request failed ({report['error_kinds']})",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""Drive the server: open loop (scheduled arrivals) or closed loop (fixed concurrency).
+
+Open loop. Request ``i`` has an intended send time ``t_i``: ``t_0 + i / rate`` (constant
+arrivals) or ``t_0 + sum_{j<i} g_j`` with ``g_j ~ Exp(mean 1 / rate)`` (Poisson arrivals, seeded).
+A scheduler coroutine sleeps until ``t_i`` and starts the request without waiting for earlier
+ones; at most ``max_inflight`` requests are outstanding (further ones wait for a slot, and that
+wait counts in their latency, since latency runs from ``t_i``; see :mod:`loadtest.stats`). The
+scheduler's lateness (``dispatch - t_i``) is the *scheduler lag*: if it grows, or the client
+process uses most of a core, the client itself is the bottleneck and the run says so.
+
+Closed loop. ``concurrency`` workers each send a request, wait for the answer, and send the next:
+the offered rate is whatever the server sustains, and a stall delays later requests instead of
+showing up in their latency (coordinated omission), which is what the open loop corrects.
+
+Both modes: requests intended before ``t_0 + warmup`` are sent but not measured; the run stops
+after ``duration`` measured seconds or ``requests`` measured requests, whichever comes first,
+then waits (up to the request timeout) for outstanding answers. With ``processes > 1`` the
+rate (open) or concurrency (closed) is split over that many client processes sharing one start
+time; their records are merged.
+
+HTTP: ``httpx.AsyncClient`` with the ``httpx-aiohttp`` transport (``HttpxAiohttpClient``), whose
+throughput on 2 cores is several times httpx's default transport; the event loop is uvloop when
+installed.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import httpx
+import numpy as np
+
+from loadtest.stats import QueryStats, RequestResult
+from loadtest.workload import Workload
+
+ARRIVALS = ("constant", "poisson")
+MODES = ("open", "closed")
+#: a client process above this CPU share (of one core) during the run is saturated
+CPU_SATURATION = 0.85
+#: ... and so is one whose scheduler is late by more than this (p99) or sends < 95% of target
+LAG_SATURATION_MS = 5.0
+RATE_SHORTFALL = 0.95
+
+
+@dataclass
+class RunConfig:
+    """Parameters of one load run (recorded verbatim in the JSON report)."""
+
+    url: str = "http://127.0.0.1:8000"
+    index: str = "demo"
+    mode: str = "open"
+    rate: float = 200.0
+    arrivals: str = "constant"
+    concurrency: int = 8
+    max_inflight: int = 256
+    duration: float = 10.0
+    requests: int | None = None
+    warmup: float = 1.0
+    timeout: float = 10.0
+    processes: int = 1
+    seed: int = 0
+    progress: bool = True
+
+    def validate(self) -> "RunConfig":
+        def bad(flag, value, allowed):
+            raise ValueError(f"{flag} {value!r} is not allowed: {allowed}")
+        if self.mode not in MODES:
+            bad("--mode", self.mode, "open or closed")
+        if self.arrivals not in ARRIVALS:
+            bad("--arrivals", self.arrivals, "constant or poisson")
+        if self.mode == "open" and not (self.rate > 0):
+            bad("--rate", self.rate, "requests per second > 0")
+        if self.concurrency < 1:
+            bad("--concurrency", self.concurrency, "an integer >= 1")
+        if self.max_inflight < 1:
+            bad("--max-inflight", self.max_inflight, "an integer >= 1")
+        if not (self.duration > 0):
+            bad("--duration", self.duration, "seconds > 0")
+        if self.requests is not None and self.requests < 1:
+            bad("--requests", self.requests, "an integer >= 1 (or omit it)")
+        if self.warmup < 0:
+            bad("--warmup", self.warmup, "seconds >= 0")
+        if not (self.timeout > 0):
+            bad("--timeout", self.timeout, "seconds > 0")
+        if self.processes < 1:
+            bad("--processes", self.processes, "an integer >= 1")
+        if self.mode == "closed" and self.processes > self.concurrency:
+            bad("--processes", self.processes, f"at most --concurrency ({self.concurrency}) "
+                "in closed mode")
+        return self
+
+
+@dataclass
+class RunOutcome:
+    """Raw outcome of a run: every request plus what the client observed about itself."""
+
+    results: list[RequestResult]
+    start_ns: int
+    measure_from_ns: int
+    wall_s: float
+    cpu_s: list[float]               # per client process
+    max_inflight_seen: int
+    target_rate: float | None
+    warnings: list[str] = field(default_factory=list)
+
+    def cpu_share(self) -> float:
+        """Busiest client process's CPU time over the wall time of the run (1.0 = one core)."""
+        return max(self.cpu_s) / self.wall_s if self.wall_s > 0 and self.cpu_s else 0.0
+
+
+class ServerError(RuntimeError):
+    """The server is unreachable or answered a setup request with an error."""
+
+
+def make_client(url: str, max_connections: int, timeout: float) -> httpx.AsyncClient:
+    """httpx client on the aiohttp transport, keep-alive connections up to ``max_connections``."""
+    from httpx_aiohttp import HttpxAiohttpClient
+
+    limits = httpx.Limits(max_connections=max_connections,
+                          max_keepalive_connections=max_connections)
+    return HttpxAiohttpClient(base_url=url, limits=limits, timeout=httpx.Timeout(timeout))
+
+
+def _parse_response(res: RequestResult, content: bytes) -> None:
+    data = json.loads(content)
+    results = data.get("results") or []
+    res.n_results = sum(len(r.get("ids", ())) for r in results)
+    stats = data.get("stats")
+    if stats:
+        res.server = [QueryStats.from_server(rings) for rings in stats]
+
+
+class _Shared:
+    """Counters a run updates for the progress bar (a multiprocessing array across processes)."""
+
+    def __init__(self, array=None, slot: int = 0):
+        self.array = array
+        self.slot = slot
+        self.local = 0
+
+    def bump(self):
+        self.local += 1
+        if self.array is not None:
+            self.array[self.slot] = self.local
+
+
+async def _send(client, path, req, res_list, intended, dispatch, sem, state, shared):
+    async with sem:
+        sent = time.monotonic_ns()
+        state["inflight"] += 1
+        state["max_inflight"] = max(state["max_inflight"], state["inflight"])
+        status, error, content = 0, None, None
+        try:
+            resp = await client.post(path, content=req.body,
+                                     headers={"content-type": "application/json"})
+            content = resp.content
+            status = resp.status_code
+            if status >= 300:
+                error = f"HTTP {status}"
+        except httpx.TimeoutException:
+            error = "timeout"
+        except (httpx.HTTPError, OSError) as exc:
+            error = type(exc).__name__
+        done = time.monotonic_ns()
+        state["inflight"] -= 1
+    q = req.qclass
+    res = RequestResult(q.label, q.radius, q.k, req.n_queries, intended, dispatch, sent, done,
+                        status, error)
+    if error is None and content:
+        try:
+            _parse_response(res, content)
+        except (ValueError, TypeError, AttributeError) as exc:
+            res.error = f"bad response: {type(exc).__name__}"
+    res_list.append(res)
+    shared.bump()
+
+
+def _arrival_offsets(cfg: RunConfig, rate: float, seed: int, n: int) -> np.ndarray:
+    """Intended send offsets (ns after t_0) of the first ``n`` requests."""
+    if cfg.arrivals == "constant":
+        return (np.arange(n, dtype=np.float64) * (1e9 / rate)).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(1e9 / rate, size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).astype(np.int64)
+
+
+async def _open_loop(cfg, workload, start_ns, rate, seed, phase_ns, first_index, stride, shared):
+    measure_from = start_ns + int(cfg.warmup * 1e9)
+    end = measure_from + int(cfg.duration * 1e9)
+    cap = cfg.requests
+    # schedule enough arrivals for warm-up + duration (+ slack for Poisson)
+    n_sched = int((cfg.warmup + cfg.duration) * rate * 1.5) + 16
+    offsets = _arrival_offsets(cfg, rate, seed, n_sched) + phase_ns
+    results: list[RequestResult] = []
+    state = {"inflight": 0, "max_inflight": 0}
+    sem = asyncio.Semaphore(max(1, cfg.max_inflight // cfg.processes))
+    path = f"/v1/indexes/{cfg.index}/search"
+    tasks = set()
+    measured = 0
+    async with make_client(cfg.url, max(1, cfg.max_inflight // cfg.processes),
+                           cfg.timeout) as client:
+        i = 0
+        while True:
+            if i >= len(offsets):
+                offsets = np.concatenate([offsets, offsets[-1] + _arrival_offsets(
+                    cfg, rate, seed + i, len(offsets))[1:] + int(1e9 / rate)])
+            intended = start_ns + int(offsets[i])
+            if intended >= end or (cap is not None and measured >= cap):
+                break
+            now = time.monotonic_ns()
+            if intended > now:
+                await asyncio.sleep((intended - now) / 1e9)
+            else:
+                await asyncio.sleep(0)
+            dispatch = time.monotonic_ns()
+            if intended >= measure_from:
+                measured += 1
+            req = workload[first_index + i * stride]
+            task = asyncio.create_task(_send(client, path, req, results, intended, dispatch,
+                                             sem, state, shared))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            i += 1
+        if tasks:
+            await asyncio.wait(set(tasks), timeout=cfg.timeout + 5)
+    return results, state["max_inflight"]
+
+
+async def _closed_loop(cfg, workload, start_ns, concurrency, first_index, stride, shared):
+    measure_from = start_ns + int(cfg.warmup * 1e9)
+    end = measure_from + int(cfg.duration * 1e9)
+    results: list[RequestResult] = []
+    state = {"inflight": 0, "max_inflight": 0, "next": 0, "measured": 0}
+    sem = asyncio.Semaphore(concurrency)
+    path = f"/v1/indexes/{cfg.index}/search"
+
+    async def worker(client):
+        while True:
+            now = time.monotonic_ns()
+            if now >= end or (cfg.requests is not None and state["measured"] >= cfg.requests):
+                return
+            if now >= measure_from:
+                state["measured"] += 1
+            i = state["next"]
+            state["next"] += 1
+            await _send(client, path, workload[first_index + i * stride], results, now, now,
+                        sem, state, shared)
+
+    now = time.monotonic_ns()
+    if start_ns > now:
+        await asyncio.sleep((start_ns - now) / 1e9)
+    async with make_client(cfg.url, concurrency, cfg.timeout) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+    return results, state["max_inflight"]
+
+
+def _use_uvloop():
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+        return asyncio.run
+    return uvloop.run
+
+
+def _run_one(cfg: RunConfig, workload: Workload, start_ns: int, proc: int, shared) -> tuple:
+    """One client process's share of the run; returns (results, cpu_s, max_inflight)."""
+    cpu0 = time.process_time()
+    n = cfg.processes
+    if cfg.mode == "open":
+        rate = cfg.rate / n
+        # constant arrivals of process k are shifted by k / rate so the processes interleave
+        phase = int(proc * 1e9 / cfg.rate) if cfg.arrivals == "constant" else 0
+        coro = _open_loop(cfg, workload, start_ns, rate, cfg.seed + 1000 * proc, phase, proc,
+                          n, shared)
+    else:
+        conc = cfg.concurrency // n + (1 if proc < cfg.concurrency % n else 0)
+        coro = _closed_loop(cfg, workload, start_ns, conc, proc, n, shared)
+    results, max_inflight = _use_uvloop()(coro)
+    return results, time.process_time() - cpu0, max_inflight
+
+
+def _child(cfg, workload, start_ns, proc, array, queue):
+    try:
+        out = _run_one(cfg, workload, start_ns, proc, _Shared(array, proc))
+        queue.put((proc, out, None))
+    except BaseException as exc:  # report, never hang the parent
+        queue.put((proc, None, f"{type(exc).__name__}: {exc}"))
+
+
+def _progress_loop(cfg, counts, start_ns, stop):
+    """Show a rich progress bar over the run's time budget until ``stop()`` is true."""
+    from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn)
+
+    total_s = cfg.warmup + cfg.duration
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                  transient=False) as bar:
+        task = bar.add_task(f"{cfg.mode} loop", total=total_s, info="")
+        while not stop():
+            elapsed = max(0.0, (time.monotonic_ns() - start_ns) / 1e9)
+            done = counts()
+            phase = "warm-up" if elapsed < cfg.warmup else "measuring"
+            rate = done / elapsed if elapsed > 0 else 0.0
+            bar.update(task, completed=min(elapsed, total_s),
+                       info=f"{phase}  {done} requests  {rate:,.0f}/s")
+            time.sleep(0.2)
+        bar.update(task, completed=total_s, info=f"done  {counts()} requests")
+
+
+def run(cfg: RunConfig, workload: Workload) -> RunOutcome:
+    """Run the load test described by ``cfg`` with the requests of ``workload``."""
+    cfg.validate()
+    wall0 = time.monotonic()
+    start_ns = time.monotonic_ns() + int(0.05e9)
+    if cfg.processes == 1:
+        import threading
+
+        shared = _Shared()
+        finished = threading.Event()
+        bar = None
+        if cfg.progress:
+            bar = threading.Thread(target=_progress_loop, daemon=True,
+                                   args=(cfg, lambda: shared.local, start_ns, finished.is_set))
+            bar.start()
+        try:
+            results, cpu, max_inflight = _run_one(cfg, workload, start_ns, 0, shared)
+        finally:
+            finished.set()
+            if bar is not None:
+                bar.join(timeout=2)
+        cpu_s = [cpu]
+    else:
+        ctx = mp.get_context("spawn")
+        array = ctx.Array("q", cfg.processes, lock=False)
+        queue = ctx.Queue()
+        # spawning and importing takes a while: start the schedule later
+        start_ns = time.monotonic_ns() + int(1.5e9)
+        procs = [ctx.Process(target=_child, args=(cfg, workload, start_ns, k, array, queue),
+                             daemon=True) for k in range(cfg.processes)]
+        for p in procs:
+            p.start()
+        outs: dict[int, tuple] = {}
+        import threading
+
+        bar = None
+        if cfg.progress:
+            bar = threading.Thread(target=_progress_loop, daemon=True,
+                                   args=(cfg, lambda: int(sum(array)), start_ns,
+                                         lambda: len(outs) == cfg.processes))
+            bar.start()
+        deadline = time.monotonic() + cfg.warmup + cfg.duration + cfg.timeout + 60
+        try:
+            errors = []
+            while len(outs) + len(errors) < cfg.processes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RuntimeError("client processes did not finish in time")
+                try:
+                    proc, out, err = queue.get(timeout=min(remaining, 1.0))
+                except Exception:  # queue.Empty
+                    if not any(p.is_alive() for p in procs) and queue.empty():
+                        raise RuntimeError("a client process died without reporting") from None
+                    continue
+                if err:
+                    errors.append(err)
+                else:
+                    outs[proc] = out
+            if errors:
+                raise RuntimeError("client process failed: " + "; ".join(errors))
+        finally:
+            for p in procs:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.kill()
+            if bar is not None:
+                outs.update({k: (None, 0, 0) for k in range(cfg.processes) if k not in outs})
+                bar.join(timeout=2)
+        results = [r for k in sorted(outs) for r in (outs[k][0] or ())]
+        cpu_s = [outs[k][1] for k in sorted(outs)]
+        max_inflight = sum(outs[k][2] for k in outs)
+    wall = time.monotonic() - wall0
+    outcome = RunOutcome(results, start_ns, start_ns + int(cfg.warmup * 1e9), wall, cpu_s,
+                         max_inflight, cfg.rate if cfg.mode == "open" else None)
+    return outcome
+
+
+def saturation_warnings(cfg: RunConfig, outcome: RunOutcome, stats) -> list[str]:
+    """Why the numbers may describe the client rather than the server (empty list if none)."""
+    warnings = []
+    share = outcome.cpu_share()
+    if share >= CPU_SATURATION:
+        warnings.append(f"client saturated: a client process used {share:.0%} of a core during "
+                        "the run; use --processes N or a lower --rate")
+    if cfg.mode == "open":
+        lag_p99 = stats.sched_lag_us.percentile(99)
+        if lag_p99 is not None and lag_p99 / 1000 > LAG_SATURATION_MS:
+            warnings.append(f"client saturated: scheduler lag p99 {lag_p99 / 1000:.1f} ms "
+                            f"(> {LAG_SATURATION_MS} ms): requests left the client late")
+        send_rate = stats.send_rate()
+        if send_rate is not None and send_rate < RATE_SHORTFALL * cfg.rate:
+            warnings.append(f"send rate {send_rate:,.0f}/s is below {RATE_SHORTFALL:.0%} of the "
+                            f"target {cfg.rate:,.0f}/s")
+        if outcome.max_inflight_seen >= cfg.max_inflight:
+            warnings.append(f"in-flight cap {cfg.max_inflight} reached: the server did not keep "
+                            "up with the offered rate (latencies include the wait for a slot)")
+    if cfg.requests is None and stats.requests == 0:
+        warnings.append("no request was measured (is --duration shorter than the warm-up?)")
+    return warnings
+
+
+# -- setup requests (synchronous; small) ------------------------------------------------------
+def check_server(url: str, timeout: float = 5.0) -> None:
+    """Raise :class:`ServerError` with a one-line message unless ``url`` answers ``/readyz``."""
+    try:
+        resp = httpx.get(url.rstrip("/") + "/readyz", timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__}: "
+                          f"{exc or 'no answer'})") from None
+    if resp.status_code != 200:
+        raise ServerError(f"server at {url} is not ready: GET /readyz -> {resp.status_code}")
+
+
+def get_index(url: str, index: str, timeout: float = 10.0) -> dict:
+    """``GET /v1/indexes/{index}``; :class:`ServerError` if absent or unreachable."""
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/v1/indexes/{index}", timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__})") from None
+    if resp.status_code == 404:
+        raise ServerError(f"index {index!r} does not exist on {url} (GET /v1/indexes/{index} "
+                          "-> 404)")
+    if resp.status_code != 200:
+        raise ServerError(f"GET /v1/indexes/{index} -> {resp.status_code}: {resp.text[:200]}")
+    return resp.json()
+
+
+def get_cost_model(url: str, index: str, timeout: float = 30.0) -> dict | None:
+    """``GET /v1/indexes/{index}/cost-model``, or None when the server has none."""
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}/v1/indexes/{index}/cost-model", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    return resp.json()
+
+
+def config_dict(cfg: RunConfig) -> dict:
+    out = asdict(cfg)
+    out["pid"] = os.getpid()
+    return out
