@@ -131,3 +131,33 @@ class CostTracker:
     @property
     def samples(self) -> int:
         return self._samples
+
+
+def sample_queries(live, n: int, seed: int) -> np.ndarray:
+    """``n`` query words: half codes present in the index, half uniform random codes."""
+    from index.codes import pack_bits
+
+    rng = np.random.default_rng(seed)
+    state = live.state
+    pool = [np.asarray(state.main.words)] if state.main.ntotal else []
+    if len(state.delta_words):
+        pool.append(state.delta_words)
+    n_random = n if not pool else n // 2
+    parts = [pack_bits(rng.integers(0, 2, size=(n_random, live.bits), dtype=np.uint8))]
+    if pool:
+        words = np.concatenate(pool) if len(pool) > 1 else pool[0]
+        parts.append(words[rng.integers(0, len(words), size=n - n_random)])
+    return np.ascontiguousarray(np.concatenate(parts))
+
+
+def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int = 0) -> float | None:
+    """Fit t0 on sampled radius-``radius`` searches and store it in ``tracker``."""
+    import time
+
+    xq = sample_queries(live, n_queries, seed)
+    st = live.state.main.range_search(xq, radius, stats=True)[3]
+    valid = np.arange(st.probes.shape[1])[None, :] < st.radii[:, None]
+    t0 = fit_t0(st.probes[valid], st.lookup_ns[valid])
+    tracker.set_calibration(t0, {"queries": n_queries, "max_distance": radius, "seed": seed,
+                                 "at": time.time()})
+    return t0

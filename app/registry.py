@@ -141,6 +141,6 @@ class Registry:
                                       for v, c in zip(values, counts)],
             "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
                                 + st.delta_ids.nbytes),
-            "merges": entry.live.merges, "merging": entry.live._merging,
+            "merges": entry.live.merges, "merging": entry.live.merging,
             "last_merge_error": entry.live.last_merge_error,
         }

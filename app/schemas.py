@@ -147,3 +147,38 @@ class Health(BaseModel):
     status: str
     indexes: int | None = None
     detail: str | None = None
+
+
+class ConventionsIn(Strict):
+    empty_precision: float = Field(0.0, ge=0.0, le=1.0,
+                                   description="precision of an empty Hamming ball")
+    no_relevant: Literal["zero", "exclude"] = "zero"
+    ap_denominator: Literal["all-relevant", "relevant-in-topk"] = "all-relevant"
+    radius_inclusive: bool = True
+    beta: float = Field(1.0, gt=0.0, le=1e6)
+    auprc_anchor: Literal["first", "one"] = "first"
+
+
+Label = Annotated[int, Field(ge=-(2**62), le=2**62)]
+
+
+class EvaluateIn(Strict):
+    codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
+    query_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+        None, description="class id per query (1-D) or multi-hot rows (2-D)")
+    db_ids: list[ItemId] | None = Field(
+        None, description="database = these items of the index, in this order (default: every "
+        "live item, ordered by id)")
+    db_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+        None, description="labels of the db_ids items, same form as query_labels")
+    relevant_ids: list[list[ItemId]] | None = Field(
+        None, description="instead of labels: per query, the ids of its relevant items")
+    radius_max: int | None = Field(None, ge=0, le=256, description="largest radius reported "
+                                   "(default: min(bits, 10, largest radius within the probe "
+                                   "guard))")
+    ks: list[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        [10, 100, 1000], min_length=1, max_length=16)
+    graded: bool = False
+    measure_queries: int = Field(32, ge=0, le=10_000, description="queries timed by the index "
+                                 "to get the measured per-radius cost of RAMAP")
+    conventions: ConventionsIn = Field(default_factory=ConventionsIn)

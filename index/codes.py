@@ -65,7 +65,7 @@ def _bits_to_words(bits01: np.ndarray) -> np.ndarray:
 
 def unpack_words(words: np.ndarray, bits: int) -> np.ndarray:
     """(n, W) uint64 words -> (n, Q) uint8 array of 0/1 (the inverse of :func:`pack_bits`)."""
-    words = np.ascontiguousarray(words, dtype=np.uint64).reshape(len(words), -1)
+    words = np.ascontiguousarray(words, dtype=np.uint64).reshape(len(words), n_words(bits))
     n = len(words)
     out = np.empty((n, bits), dtype=np.uint8)
     start = 0
@@ -189,7 +189,7 @@ def to_ints(words: np.ndarray, bits: int) -> list[int]:
     """Words -> Python ints (inverse of :func:`pack_ints`)."""
     widths = word_widths(bits)
     result = []
-    for row in np.asarray(words, dtype=np.uint64).reshape(len(words), -1):
+    for row in np.asarray(words, dtype=np.uint64).reshape(len(words), len(widths)):
         value = 0
         for w, width in enumerate(widths):
             value = (value << width) | int(row[w])

@@ -42,6 +42,10 @@ _SNAP_RE = re.compile(r"^snap-(\d{8})$")
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
 
 
+class DuplicateIdError(ValueError):
+    """An inserted id is already live in the index (HTTP 409)."""
+
+
 class ModeUnavailableError(ValueError):
     """The requested index mode has no engine yet (its module has not landed)."""
 
@@ -389,6 +393,10 @@ class LiveIndex:
         self._apply(state, pending, op)
         self.state = self._freeze(state, pending, state.version + 1)
 
+    @property
+    def merging(self) -> bool:
+        return self._merging
+
     # ----------------------------------------------------------------------------- writes
     def _check_writable(self) -> None:
         if self.read_only or self._wal is None:
@@ -412,7 +420,7 @@ class LiveIndex:
         with self._write_lock:
             live = self.state.live_mask(ids)
             if live.any():
-                raise KeyError(f"ids: id {int(ids[live][0])} already exists in the index "
+                raise DuplicateIdError(f"ids: id {int(ids[live][0])} already exists in the index "
                                "(delete it first to replace it)")
             op = Op("add", ids.copy(), np.ascontiguousarray(words))
             self._wal.append(op)

@@ -16,7 +16,7 @@ import numpy as np
 
 from loadtest import dataset
 from loadtest.report import build_report, plot_report, print_report
-from loadtest.runner import (ARRIVALS, MODES, RunConfig, ServerError, check_server, config_dict,
+from loadtest.runner import (ARRIVALS, LOOPS, MODES, RunConfig, ServerError, check_server, config_dict,
                              get_cost_model, get_index, run, saturation_warnings)
 from loadtest.stats import LoadStats
 from loadtest.workload import QueryClass, Workload, parse_radii
@@ -130,6 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-request timeout in seconds (default %(default)s)")
     g.add_argument("--processes", type=_positive_int("--processes"), default=1,
                    help="client processes sharing the rate/concurrency (default %(default)s)")
+    g.add_argument("--loop", choices=LOOPS, default="asyncio",
+                   help="event loop; asyncio's timers let the open-loop scheduler keep its lag "
+                        "to microseconds (default %(default)s)")
     g = p.add_argument_group("queries")
     g.add_argument("--radii", type=_radii, default=[0, 1, 2],
                    help="radius classes, e.g. 0,1,2 or 0-3 (default 0,1,2)")
@@ -187,7 +190,7 @@ def config_from_args(args) -> RunConfig:
                      arrivals=args.arrivals, concurrency=args.concurrency,
                      max_inflight=args.max_inflight, duration=args.duration,
                      requests=args.requests, warmup=args.warmup, timeout=args.timeout,
-                     processes=args.processes, seed=args.seed,
+                     processes=args.processes, seed=args.seed, loop=args.loop,
                      progress=not args.no_progress).validate()
 
 

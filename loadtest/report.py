@@ -17,8 +17,9 @@ fit is exact by construction: ``n_points`` is recorded beside each ``r2``.
 
 Where the paper's model holds: per radius the extended model splits the predicted cost into the
 constant, per-probe and per-item terms; the model "holds" at radii where the per-probe term is at
-least half the prediction and the measured/modeled ratio (with the fitted t0) is within
-``[1/2, 2]``, and otherwise the verdict names the term that dominates.
+least half the prediction and the measured p50 is within a factor 2 of ``t0 * P`` with the
+extended fit's per-probe t0 (the paper's model with the right t0 explains that radius); elsewhere
+the verdict names the term that dominates.
 """
 from __future__ import annotations
 
@@ -112,16 +113,17 @@ def fit_extended(probes, items, measured) -> dict:
     return {**coef, "r2": r2_log(y, pred) if len(y) else None, "n_points": int(len(y))}
 
 
-def verdict(entry: dict, ext: dict, t0_fit: float | None) -> str:
+def verdict(entry: dict, ext: dict) -> str:
     """Where the paper's model holds or breaks at this radius (see the module docstring)."""
     y = (entry.get("server_lookup_ns") or {}).get("p50")
-    if not y or not t0_fit:
+    if not y or not ext["n_points"]:
         return "no server timings"
+    t0_fit = ext["t0_ns"]
     terms = {"fixed per-query overhead": ext["c_ns"],
-             "per-probe work": ext["t0_ns"] * entry["probes"],
+             "per-probe work": ext["t0_ns"] * entry["probes_model"],
              "per-item work": ext["t_item_ns"] * (entry.get("items_per_query") or 0.0)}
     total = sum(terms.values()) or 1.0
-    ratio = y / (t0_fit * entry["probes"])
+    ratio = y / (t0_fit * entry["probes_model"]) if t0_fit > 0 else math.inf
     dominant = max(terms, key=terms.get)
     if terms["per-probe work"] / total >= 0.5 and 1 / HOLD_RATIO <= ratio <= HOLD_RATIO:
         return f"holds (probes {terms['per-probe work'] / total:.0%} of cost)"
@@ -186,7 +188,7 @@ def build_report(stats: LoadStats, params: dict, bits: int, cost_model: dict | N
     t0 = t0_server or paper["t0_ns"]
     per_radius = [_class_entry(c, bits, t0) for c in radius_classes]
     for e in per_radius:
-        e["verdict"] = verdict(e, ext, paper["t0_ns"])
+        e["verdict"] = verdict(e, ext)
     r2_server = None
     if t0_server and fit_rows:
         r2_server = r2_log([e["server_lookup_ns"]["p50"] for e in fit_rows],

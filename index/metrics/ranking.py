@@ -131,6 +131,7 @@ def _ranking_query(count, nrel, gexp, gsum, ks, disc, out):
         dcg = 0.0
         gain = 0.0
         ap_topk = 0.0
+        cut_seen = False
         for d in range(n_d):
             t = count[d]
             if t == 0:
@@ -178,9 +179,12 @@ def _ranking_query(count, nrel, gexp, gsum, ks, disc, out):
                     inv_e += p / (r0 + x)
                     cut_e += p * num / (r0 + x)
                 ap_topk = ta_full * inv_e + cut_e
+                cut_seen = True
                 ta_full += _tie_num(n0, r0, t, r, m)
             n0 += t
             r0 += r
+        if not cut_seen and r0 > 0:
+            ap_topk = ta_full / r0  # k beyond the database: every item is in the top k
         out[kk, 0] = ta_full
         out[kk, 1] = ap_topk
         out[kk, 2] = best

@@ -1,0 +1,40 @@
+"""``bucketsearch serve``: run the HTTP service with uvicorn."""
+from __future__ import annotations
+
+import os
+
+HELP = "serve indexes over HTTP (FastAPI + uvicorn)"
+EPILOG = """examples:
+  bucketsearch serve --data-dir data --port 8000
+  BUCKETSEARCH_API_KEY=secret bucketsearch serve --data-dir /data --host 0.0.0.0
+  bucketsearch serve --data-dir data --workers 2      # read-only workers sharing mmap'ed arrays
+
+Settings come from BUCKETSEARCH_* environment variables (see app/settings.py); the flags
+below override them. With --workers > 1 every worker is read-only (writes need one process
+owning the write-ahead log) and snapshot arrays are memory-mapped so the workers share them."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--data-dir", default=None, help="data directory (BUCKETSEARCH_DATA_DIR)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes (>1 implies read-only and mmap)")
+    parser.add_argument("--log-level", default="info")
+
+
+def run(args) -> int:
+    import uvicorn
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.data_dir is not None:
+        os.environ["BUCKETSEARCH_DATA_DIR"] = str(args.data_dir)
+    if args.workers > 1:
+        os.environ["BUCKETSEARCH_READ_ONLY"] = "1"
+        os.environ["BUCKETSEARCH_MMAP"] = "1"
+    from app.settings import Settings
+    Settings()  # fail fast on a bad BUCKETSEARCH_* value
+    uvicorn.run("app.main:create_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level, timeout_graceful_shutdown=10)
+    return 0

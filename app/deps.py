@@ -1,0 +1,69 @@
+"""Dependencies: settings, registry, the index named in the path, and API-key checks."""
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import SecretStr
+
+from app.registry import Entry, Registry
+from app.schemas import NAME_PATTERN
+from app.settings import Settings
+
+bearer = HTTPBearer(auto_error=False, description="API key: 'Authorization: Bearer <key>'")
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_registry(request: Request) -> Registry:
+    return request.app.state.registry
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RegistryDep = Annotated[Registry, Depends(get_registry)]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+IndexName = Annotated[str, Path(pattern=NAME_PATTERN, description="index name")]
+
+
+def _check_key(creds: HTTPAuthorizationCredentials | None, keys: list[SecretStr]) -> None:
+    if creds is None or not creds.credentials:
+        raise HTTPException(401, "missing 'Authorization: Bearer <key>' header",
+                            headers={"WWW-Authenticate": "Bearer"})
+    given = creds.credentials.encode()
+    ok = False
+    for key in keys:  # compare with every key, constant time each
+        ok |= hmac.compare_digest(given, key.get_secret_value().encode())
+    if not ok:
+        raise HTTPException(403, "invalid API key")
+
+
+def require_write(settings: SettingsDep, creds: Credentials) -> None:
+    if settings.api_key is not None:
+        _check_key(creds, [settings.api_key])
+
+
+def require_read(settings: SettingsDep, creds: Credentials) -> None:
+    if settings.read_key is not None:
+        keys = [settings.read_key] + ([settings.api_key] if settings.api_key else [])
+        _check_key(creds, keys)
+
+
+def get_entry(name: IndexName, registry: RegistryDep) -> Entry:
+    return registry.get(name)
+
+
+WriteAuth = Depends(require_write)
+ReadAuth = Depends(require_read)
+EntryDep = Annotated[Entry, Depends(get_entry)]
+
+
+async def raw_body(request: Request) -> bytes:
+    """The request body as bytes (read in the event loop, handed to a plain ``def`` endpoint)."""
+    return await request.body()
+
+
+BodyBytes = Annotated[bytes, Depends(raw_body)]

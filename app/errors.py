@@ -1,0 +1,44 @@
+"""Exception handlers: engine and registry errors become 4xx JSON ``{"detail": ...}``."""
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from app.registry import IndexExists, IndexNotFound
+from index.live import DuplicateIdError, ModeUnavailableError
+from index.probe import ProbeLimitError
+
+
+def _json(status: int, detail, **extra) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ProbeLimitError)
+    async def probe_limit(request: Request, exc: ProbeLimitError):
+        return _json(400, str(exc), probes=int(exc.probes), limit=int(exc.limit),
+                     radius=int(exc.radius), hint="use mode 'mih' or 'auto', or a smaller radius")
+
+    @app.exception_handler(ModeUnavailableError)
+    async def mode_unavailable(request: Request, exc: ModeUnavailableError):
+        return _json(400, str(exc))
+
+    @app.exception_handler(DuplicateIdError)
+    async def duplicate(request: Request, exc: DuplicateIdError):
+        return _json(409, str(exc))
+
+    @app.exception_handler(IndexExists)
+    async def exists(request: Request, exc: IndexExists):
+        return _json(409, str(exc))
+
+    @app.exception_handler(IndexNotFound)
+    async def not_found(request: Request, exc: IndexNotFound):
+        return _json(404, str(exc))
+
+    @app.exception_handler(PermissionError)
+    async def read_only(request: Request, exc: PermissionError):
+        return _json(409, str(exc))
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError):
+        return _json(400, str(exc))

@@ -1,0 +1,131 @@
+"""Evaluation of query codes against the index's items with the metrics toolkit."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, HTTPException
+
+from app.deps import EntryDep, ReadAuth, SettingsDep
+from app.routers.indexes import parse_hex
+from app.schemas import EvaluateIn
+
+router = APIRouter(prefix="/v1/indexes", tags=["evaluate"])
+
+
+def live_items(state) -> tuple[np.ndarray, np.ndarray]:
+    """Every live (id, words) of a state, ordered by id."""
+    ids, words = [], []
+    if state.main.ntotal:
+        mi = np.asarray(state.main.ids, dtype=np.int64)
+        keep = ~np.isin(mi, state.tombstones)
+        ids.append(mi[keep])
+        words.append(np.asarray(state.main.words)[keep])
+    ids.append(state.delta_ids)
+    words.append(state.delta_words)
+    ids, words = np.concatenate(ids), np.concatenate(words)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], words[order]
+
+
+def max_guarded_radius(main, cap: int) -> int:
+    r = 0
+    while r < cap and main.probe_count(r + 1) <= main.max_probes:
+        r += 1
+    return r
+
+
+@router.post("/{name}/evaluate", response_model=dict[str, Any], dependencies=[ReadAuth])
+def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
+    """Every metric of the evaluation toolkit (index.metrics.evaluate) for the query codes
+    against the index's items: precision/recall/F1 per radius, RAMAP with the modeled cost
+    ``c(r) = sum_{i<=r} C(Q, i)`` and (``radius.ramap_measured``) with the per-radius lookup
+    time measured on this index, ranking metrics, empty-ball statistics.
+
+    Relevance: ``query_labels`` + ``db_ids`` + ``db_labels``, or ``relevant_ids`` per query.
+    """
+    from index import relevance as rel
+    from index.metrics import Conventions
+    from index.metrics import evaluate as run_evaluate
+
+    nq = len(body.codes)
+    if nq > settings.max_batch:
+        raise HTTPException(413, f"codes: {nq} queries exceed max_batch={settings.max_batch}")
+    xq = parse_hex(body.codes, entry.bits)
+    state = entry.live.state
+    all_ids, all_words = live_items(state)
+    if body.db_ids is not None:
+        db_ids = np.asarray(body.db_ids, dtype=np.int64)
+        pos = np.searchsorted(all_ids, db_ids)
+        ok = (pos < len(all_ids)) & (all_ids[np.minimum(pos, len(all_ids) - 1)] == db_ids) \
+            if len(all_ids) else np.zeros(len(db_ids), bool)
+        if not ok.all():
+            raise ValueError(f"db_ids: id {int(db_ids[~ok][0])} is not in index {entry.name!r}")
+        if len(np.unique(db_ids)) != len(db_ids):
+            raise ValueError("db_ids: ids must be unique")
+        db_words = all_words[pos]
+    else:
+        db_ids, db_words = all_ids, all_words
+    if len(db_ids) == 0:
+        raise ValueError("db_ids: the evaluation database is empty (the index has no items)")
+    if body.relevant_ids is not None:
+        if body.query_labels is not None or body.db_labels is not None:
+            raise ValueError("relevant_ids: give either relevant_ids or query_labels + "
+                             "db_labels, not both")
+        if len(body.relevant_ids) != nq:
+            raise ValueError(f"relevant_ids: {len(body.relevant_ids)} lists for {nq} queries")
+        pairs = []
+        for q, ids in enumerate(body.relevant_ids):
+            ids = np.asarray(ids, dtype=np.int64)
+            pos = np.searchsorted(db_ids, ids) if body.db_ids is None else None
+            if body.db_ids is not None:
+                lookup = {int(i): j for j, i in enumerate(db_ids)}
+                missing = [int(i) for i in ids if int(i) not in lookup]
+                pos = np.array([lookup.get(int(i), -1) for i in ids], dtype=np.int64)
+            else:
+                inside = (pos < len(db_ids)) & (db_ids[np.minimum(pos, len(db_ids) - 1)] == ids)
+                missing = ids[~inside].tolist()
+            if missing:
+                raise ValueError(f"relevant_ids[{q}]: id {missing[0]} is not in the database")
+            pairs.extend((q, int(p)) for p in pos)
+        relevance = rel.from_pairs(np.array(pairs, dtype=np.int64).reshape(-1, 2), nq,
+                                   len(db_ids))
+    else:
+        if body.query_labels is None or body.db_labels is None or body.db_ids is None:
+            raise ValueError("query_labels: labels need query_labels, db_ids and db_labels "
+                             "(or give relevant_ids instead)")
+        if len(body.query_labels) != nq:
+            raise ValueError(f"query_labels: {len(body.query_labels)} labels for {nq} queries")
+        if len(body.db_labels) != len(db_ids):
+            raise ValueError(f"db_labels: {len(body.db_labels)} labels for "
+                             f"{len(db_ids)} db_ids")
+        relevance = rel.from_labels(np.asarray(body.query_labels),
+                                    np.asarray(body.db_labels))
+    main = state.main
+    radius_max = body.radius_max
+    if radius_max is None:
+        radius_max = max_guarded_radius(main, min(entry.bits, 10))
+    if radius_max > entry.bits:
+        raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {radius_max}")
+    measured = None
+    measured_info = None
+    if body.measure_queries and main.probe_count(radius_max) <= main.max_probes:
+        sample = xq[:body.measure_queries]
+        st = main.range_search(sample, radius_max, stats=True)[3]
+        entry.cost.observe(st)
+        per_radius = st.lookup_ns[:, :radius_max + 1].mean(axis=0)
+        per_radius = np.maximum(per_radius, 1.0)  # a clock tick below 1 ns reads as 0
+        measured = np.cumsum(per_radius)
+        measured_info = {"queries": int(len(sample)), "lookup_ns_per_radius":
+                         per_radius.tolist(), "cumulative_ns": measured.tolist()}
+    conv = Conventions(**body.conventions.model_dump())
+    result = run_evaluate(db_words, xq, relevance, bits=entry.bits, radius_max=radius_max,
+                          ks=tuple(body.ks), graded=body.graded, conventions=conv,
+                          measured_cost=measured)
+    result["measured_cost"] = measured_info
+    if measured_info is None:
+        result["measured_cost_note"] = (
+            f"not measured: radius_max={radius_max} probes {main.probe_count(radius_max):,} "
+            f"buckets per query, above the probe guard {main.max_probes:,}"
+            if body.measure_queries else "not measured: measure_queries=0")
+    return result

@@ -1,0 +1,150 @@
+"""Hashing evaluation metrics, all computed from per-query Hamming distance histograms.
+
+One kernel pass (:func:`hamming_histograms`) gives, per query and distance, the number of items,
+of relevant items and the sums of gains; every metric follows in O(Q + k) per query:
+
+* :mod:`.radius`: precision / recall / F-beta at every radius (macro and micro), PR curve, AUPRC;
+* :mod:`.ramap`: RAMAP with the modeled (exact binomial) or a measured cost;
+* :mod:`.lgap`: mLGAP (load-balanced, needs the distinct-code histogram);
+* :mod:`.ranking`: MAP tie-aware / best / worst / as-ranked, at k and over the whole ranking,
+  P/R/F1/NDCG/ACG@k tie-aware, as-ranked NDCG@k and weighted mAP@k;
+* :mod:`.space`: empty-ball statistics and code-space utilization.
+
+Conventions (:class:`Conventions`) are explicit parameters with documented defaults.
+:func:`evaluate` runs everything and returns the nested dict the ``bucketsearch eval`` JSON holds.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from index.metrics.conventions import DEFAULT, Conventions, mean_over_queries
+from index.metrics.histogram import Histograms, hamming_histograms, prepare_codes
+from index.metrics.lgap import mlgap
+from index.metrics.radius import auprc, ball_cumsum, radius_metrics
+from index.metrics.ramap import modeled_costs, raap_from_precision, ramap
+from index.metrics.ranking import ranking_metrics
+from index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
+
+__all__ = ["Conventions", "DEFAULT", "Histograms", "hamming_histograms", "evaluate",
+           "radius_metrics", "ramap", "raap_from_precision", "modeled_costs", "mlgap",
+           "ranking_metrics", "auprc", "empty_ball_queries", "mean_empty_buckets",
+           "code_utilization", "to_jsonable"]
+
+DEFAULT_KS = (10, 100, 1000)
+DEFAULT_RADIUS_MAX = 10
+
+
+def to_jsonable(obj):
+    """Nested dicts/arrays -> plain lists, floats and ints; NaN -> None (JSON null)."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if math.isnan(obj) else float(obj)
+    return obj
+
+
+def _per_query_auprc(rm, anchor: str) -> np.ndarray:
+    out = np.full(rm.recall.shape[0], np.nan)
+    for q in range(rm.recall.shape[0]):
+        if not np.isnan(rm.recall[q]).all():
+            out[q] = auprc(rm.recall[q], rm.precision[q], anchor)
+    return out
+
+
+def evaluate(db_codes, query_codes, relevance, *, bits: int | None = None,
+             radius_max: int | None = None, ks=DEFAULT_KS, graded: bool = False,
+             conventions: Conventions = DEFAULT, measured_cost=None,
+             per_query: bool = False, hist: Histograms | None = None) -> dict:
+    """Every metric for one set of codes. Lists under ``radius`` are indexed by
+    R = 0..radius_max, lists under ``ranking`` by the cut-offs ``ks``; ``map_all`` is over the
+    whole ranking; ``auprc`` integrates the macro PR curve over radius 0..Q. With ``per_query``
+    the same nested keys are repeated under ``per_query`` with a leading axis over queries
+    (NaN -> null in JSON; pooled micro values have no per-query version and are left out).
+    """
+    if hist is None:
+        hist = hamming_histograms(db_codes, query_codes, relevance, bits=bits, ks=ks,
+                                  graded=graded)
+    bits = hist.bits
+    if radius_max is None:
+        radius_max = min(bits, DEFAULT_RADIUS_MAX)
+    if not 0 <= int(radius_max) <= bits:
+        raise ValueError(f"radius_max must be in [0, {bits}] for {bits}-bit codes, "
+                         f"got {radius_max}")
+    n_r = int(radius_max) + 1
+    conv = conventions
+    rm = radius_metrics(hist, conv)
+    raap, ramap_mean = ramap(hist, conv)
+    lg, mlgap_mean = mlgap(hist, conv)
+    rk = ranking_metrics(hist, conv)
+    mean, pq = rk["mean"], rk["per_query"]
+    result = {
+        "bits": bits,
+        "n_db": hist.n_db,
+        "n_queries": hist.n_queries,
+        "graded": bool(hist.graded),
+        "conventions": conv.as_dict(),
+        "n_excluded": int((hist.n_relevant == 0).sum()) if conv.no_relevant == "exclude" else 0,
+        "n_no_relevant": int((hist.n_relevant == 0).sum()),
+        "radius": {
+            "R": list(range(n_r)),
+            "precision_macro": rm.precision_macro[:n_r],
+            "recall_macro": rm.recall_macro[:n_r],
+            "precision_micro": rm.precision_micro[:n_r],
+            "recall_micro": rm.recall_micro[:n_r],
+            "f1_macro": rm.f_beta_macro[:n_r],
+            "f1_micro": rm.f_beta_micro[:n_r],
+            "ramap": ramap_mean[:n_r],
+            "probes": [int(c) for c in modeled_costs(bits, n_r - 1)],
+            "empty_ball_queries": empty_ball_queries(hist, conv)[:n_r],
+            "mean_empty_buckets": mean_empty_buckets(hist, conv)[:n_r],
+            "mlgap": mlgap_mean[:n_r],
+        },
+        "ranking": {"k": [int(k) for k in hist.ks]},
+        "map_all": {
+            "tie_aware": mean["map_all_tie_aware"],
+            "best": mean["map_all_best"],
+            "worst": mean["map_all_worst"],
+            "ranked": mean.get("map_all_ranked", float("nan")),
+        },
+        "auprc": auprc(rm.recall_macro, rm.precision_macro, conv.auprc_anchor),
+        "auprc_micro": auprc(rm.recall_micro, rm.precision_micro, conv.auprc_anchor),
+        "pr_curve": {"radius": list(range(bits + 1)), "recall": rm.recall_macro,
+                     "precision": rm.precision_macro},
+    }
+    if measured_cost is not None:
+        raap_m, ramap_m = ramap(hist, conv, measured_cost=measured_cost)
+        result["radius"]["ramap_measured"] = ramap_m[:n_r]
+    for name, value in mean.items():
+        if not name.startswith("map_all"):
+            result["ranking"][name] = value
+    if db_codes is not None:
+        xb, _, _ = prepare_codes(db_codes, query_codes, bits)
+        result["utilization"] = code_utilization(xb, bits)
+    if per_query:
+        result["per_query"] = {
+            "radius": {
+                "precision_macro": rm.precision[:, :n_r],
+                "recall_macro": rm.recall[:, :n_r],
+                "f1_macro": rm.f_beta[:, :n_r],
+                "ramap": raap[:, :n_r],
+                "mlgap": lg[:, :n_r],
+                "empty_ball": (ball_cumsum(hist.count, conv.radius_inclusive) == 0)[:, :n_r],
+            },
+            "ranking": {name: v for name, v in pq.items() if not name.startswith("map_all")},
+            "map_all": {"tie_aware": pq["map_all_tie_aware"], "best": pq["map_all_best"],
+                        "worst": pq["map_all_worst"],
+                        "ranked": pq.get("map_all_ranked",
+                                         np.full(hist.n_queries, np.nan))},
+            "auprc": _per_query_auprc(rm, conv.auprc_anchor),
+        }
+        if measured_cost is not None:
+            result["per_query"]["radius"]["ramap_measured"] = raap_m[:, :n_r]
+    return to_jsonable(result)

@@ -1,0 +1,147 @@
+"""Plain-numpy twins of the metrics kernels: literal formulas, explicit sorting, brute force.
+
+Slow and obviously correct; every test compares :mod:`index.metrics` with these. Inputs are the
+``(n, Q)`` 0/1 bit arrays and a dense ``(nq, nb)`` gain matrix ``G`` (0 = not relevant).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+import numpy as np
+
+
+def distances(db_bits, q_bits):
+    db = np.asarray(db_bits, dtype=np.int64)
+    q = np.asarray(q_bits, dtype=np.int64)
+    return (q[:, None, :] != db[None, :, :]).sum(axis=2)
+
+
+def histograms(D, G, bits):
+    nq = D.shape[0]
+    count = np.zeros((nq, bits + 1), dtype=np.int64)
+    rel = np.zeros((nq, bits + 1), dtype=np.int64)
+    gain = np.zeros((nq, bits + 1))
+    gexp = np.zeros((nq, bits + 1))
+    for q in range(nq):
+        for i in range(D.shape[1]):
+            d = D[q, i]
+            count[q, d] += 1
+            if G[q, i] > 0:
+                rel[q, d] += 1
+                gain[q, d] += G[q, i]
+                gexp[q, d] += 2.0 ** G[q, i] - 1
+    return count, rel, gain, gexp
+
+
+def precision_recall_radius(D, G, r, empty_precision=0.0):
+    """Per-query (precision, recall) at radius r (d <= r), recall NaN without relevant items."""
+    p, rc = [], []
+    for q in range(D.shape[0]):
+        ball = D[q] <= r
+        rel = G[q] > 0
+        n = ball.sum()
+        tp = (ball & rel).sum()
+        p.append(tp / n if n else empty_precision)
+        rc.append(tp / rel.sum() if rel.sum() else np.nan)
+    return np.array(p), np.array(rc)
+
+
+def micro_precision_recall(D, G, r, empty_precision=0.0):
+    n = (D <= r).sum()
+    tp = ((D <= r) & (G > 0)).sum()
+    return (tp / n if n else empty_precision), tp / (G > 0).sum()
+
+
+def raap(precisions, bits):
+    """RAAP(R) for R = 0..len-1 from per-radius precisions, literal formula with math.comb."""
+    out = []
+    for big_r in range(len(precisions)):
+        s = 0.0
+        for r in range(big_r + 1):
+            s += precisions[r] / sum(math.comb(bits, i) for i in range(r + 1))
+        out.append(s / (big_r + 1))
+    return np.array(out)
+
+
+def lgap(db_bits, q_bits, G, r_max, empty_precision=0.0):
+    """LGAP(q, r) literal: per ball, count items per code with a Counter."""
+    db = [tuple(row) for row in np.asarray(db_bits)]
+    D = distances(db_bits, q_bits)
+    out = np.zeros((len(q_bits), r_max + 1))
+    for q in range(len(q_bits)):
+        terms = []
+        for k in range(r_max + 1):
+            ball = np.flatnonzero(D[q] <= k)
+            if len(ball) == 0:
+                terms.append(empty_precision * 1.0)
+                continue
+            prec = (G[q, ball] > 0).sum() / len(ball)
+            per_code = Counter(db[i] for i in ball)
+            phi = len(ball) / (max(per_code.values()) * len(per_code))
+            terms.append(prec * phi)
+        out[q] = np.cumsum(terms) / np.arange(1, r_max + 2)
+    return out
+
+
+def ranked_metrics(order, g, k, total_rel, ideal):
+    """Metrics of one explicit ranking ``order`` (db indices) with gains ``g``.
+
+    Returns AP@k (all-relevant denominator), AP@k (relevant-in-top-k denominator), relevant in
+    top k, DCG@k/IDCG@k, weighted AP@k."""
+    kc = min(k, len(order))
+    hits = 0
+    ap = 0.0
+    dcg = 0.0
+    cum_gain = 0.0
+    wap = 0.0
+    for pos in range(kc):
+        gi = g[order[pos]]
+        cum_gain += gi
+        if gi > 0:
+            hits += 1
+            ap += hits / (pos + 1)
+            wap += cum_gain / (pos + 1)
+        dcg += (2.0 ** gi - 1) / math.log2(pos + 2)
+        
+    idcg = sum((2.0 ** v - 1) / math.log2(i + 2) for i, v in enumerate(ideal[:kc]))
+    return dict(ap_all=ap / total_rel if total_rel else 0.0, ap_topk=ap / hits if hits else 0.0,
+                relk=hits, ndcg=dcg / idcg if idcg > 0 else 0.0,
+                wap=wap / hits if hits else 0.0, precision=hits / kc)
+
+
+def as_ranked(D, G, q, k):
+    """Ranking by (distance, db index)."""
+    order = np.lexsort((np.arange(D.shape[1]), D[q]))
+    g = G[q]
+    return ranked_metrics(order, g, k, int((g > 0).sum()), sorted(g, reverse=True))
+
+
+def best_worst(D, G, q, k, worst=False):
+    """Relevant items first (best) or last (worst) inside every tie, then db index."""
+    rel = (G[q] > 0).astype(int)
+    order = np.lexsort((np.arange(D.shape[1]), rel if worst else -rel, D[q]))
+    g = G[q]
+    return ranked_metrics(order, g, k, int((g > 0).sum()), sorted(g, reverse=True))
+
+
+def tie_orderings(dist_row):
+    """Every ranking consistent with the distances (all permutations inside each tie)."""
+    groups = [np.flatnonzero(dist_row == d).tolist() for d in sorted(set(dist_row.tolist()))]
+    for perms in itertools.product(*[itertools.permutations(gr) for gr in groups]):
+        yield [i for p in perms for i in p]
+
+
+def tie_average(D, G, q, k):
+    """The mean of each metric over all orderings inside ties (brute force, tiny inputs)."""
+    g = G[q]
+    ideal = sorted(g, reverse=True)
+    total = int((g > 0).sum())
+    acc = Counter()
+    n = 0
+    for order in tie_orderings(D[q]):
+        for key, val in ranked_metrics(order, g, k, total, ideal).items():
+            acc[key] += val
+        n += 1
+    return {key: val / n for key, val in acc.items()}
