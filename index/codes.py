@@ -161,10 +161,19 @@ def pack_hex(codes: Sequence[str], bits: int) -> np.ndarray:
         raise ValueError(str(exc).replace("packed code row", "code")) from None
 
 
+def to_packed(words: np.ndarray, bits: int) -> np.ndarray:
+    """Words -> ``(n, ceil(Q/8))`` uint8 rows in ``np.packbits`` layout (inverse of pack_bytes)."""
+    words = np.ascontiguousarray(words, dtype=np.uint64).reshape(len(words), n_words(bits))
+    if bits % 8 == 0 and bits <= WORD_BITS:
+        return words[:, 0].astype(">u8").view(np.uint8).reshape(-1, 8)[:, 8 - bits // 8:].copy()
+    if bits % WORD_BITS == 0:
+        return words.astype(">u8").view(np.uint8).reshape(len(words), 8 * words.shape[1]).copy()
+    return np.packbits(unpack_words(words, bits), axis=1)
+
+
 def to_hex(words: np.ndarray, bits: int) -> list[str]:
     """Words -> hex strings (inverse of :func:`pack_hex`)."""
-    packed = np.packbits(unpack_words(words, bits), axis=1)
-    return [row.tobytes().hex() for row in packed]
+    return [row.tobytes().hex() for row in to_packed(words, bits)]
 
 
 def pack_ints(values: Sequence[int], bits: int) -> np.ndarray:

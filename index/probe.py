@@ -69,9 +69,21 @@ class SearchStats:
     radii: np.ndarray      # (nq,) number of radii searched (0..radii-1)
     total_ns: np.ndarray   # (nq,) whole query time
 
+    # Optional extras, None unless the index sets them. They are plain attributes, not dataclass
+    # fields, so code that rebuilds a SearchStats from its fields keeps working unchanged.
+    #: multi-index hashing: (nq, R + 1) substring-bucket entries examined / first visits
+    candidates = None
+    unique_candidates = None
+    #: planner (mode "auto"): which path ran and the predicted costs that chose it
+    plan = None
+    OPTIONAL_FIELDS = ("candidates", "unique_candidates")
+
     def per_query(self, i: int) -> list[dict]:
-        """Records ``{"radius", "probes", "nonempty_buckets", ...}`` of query ``i``."""
-        return [{"radius": r, **{f: int(getattr(self, f)[i, r]) for f in STAT_FIELDS}}
+        """Records ``{"radius", "probes", "nonempty_buckets", ...}`` of query ``i`` (plus
+        ``candidates`` and ``unique_candidates`` when the index records them)."""
+        names = STAT_FIELDS + tuple(f for f in self.OPTIONAL_FIELDS
+                                    if getattr(self, f) is not None)
+        return [{"radius": r, **{f: int(getattr(self, f)[i, r]) for f in names}}
                 for r in range(int(self.radii[i]))]
 
     @classmethod
@@ -84,7 +96,11 @@ class SearchStats:
                 arrays = [np.pad(a, ((0, 0), (0, width - a.shape[1]))) for a in arrays]
             return np.concatenate(arrays)
 
-        return cls(**{name: stack(name) for name in cls.__dataclass_fields__})
+        out = cls(**{name: stack(name) for name in cls.__dataclass_fields__})
+        for name in cls.OPTIONAL_FIELDS:
+            if all(getattr(p, name) is not None for p in parts):
+                setattr(out, name, stack(name))
+        return out
 
 
 @njit

@@ -46,6 +46,34 @@ def _sorted_by_distance(dist, ids, sel, bits, max_d, limit):
 
 
 @njit
+def _distances(xq, qi, words, dist, cut, k):
+    """Pass 1: every item's distance into ``dist``; returns the final cut-off distance.
+
+    Range search (``k < 0``) keeps ``cut``. k-NN keeps a running cut-off ``tau`` with at least
+    ``k`` items at distance <= tau and lowers it as closer items arrive; only items within the
+    cut-off touch the counters, so the loop has no histogram dependency chain.
+    """
+    n, W = words.shape
+    if k < 0:
+        for i in range(n):
+            dist[i] = _distance(xq, qi, words, i, W)
+        return cut
+    tau = cut
+    cnt = np.zeros(cut + 1, dtype=np.int64)
+    within = 0  # items at distance <= tau
+    for i in range(n):
+        d = _distance(xq, qi, words, i, W)
+        dist[i] = d
+        if d <= tau:
+            cnt[d] += 1
+            within += 1
+            while tau > 0 and within - cnt[tau] >= k:
+                within -= cnt[tau]
+                tau -= 1
+    return tau
+
+
+@njit
 def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``)."""
     nq, W = xq.shape
@@ -54,36 +82,24 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
     items = np.zeros((nq, bits + 1), dtype=np.int64)
     radii = np.zeros(nq, dtype=np.int64)
     total_ns = np.zeros(nq, dtype=np.int64)
-    dist = np.empty(n, dtype=np.int32)
-    hist = np.zeros(bits + 1, dtype=np.int64)
+    dist = np.empty(n, dtype=np.int16)
     out_d = np.empty(1024, dtype=np.int32)
     out_i = np.empty(1024, dtype=np.int64)
     n_out = 0
     for qi in range(nq):
         t0 = monotonic_ns() if with_clock else 0
-        hist[:] = 0
-        for i in range(n):
-            d = _distance(xq, qi, words, i, W)
-            dist[i] = d
-            hist[d] += 1
-        if k < 0:
-            cut, limit = max_radius, n
-        else:
-            cut, seen = 0, hist[0]
-            while seen < k and cut < bits:
-                cut += 1
-                seen += hist[cut]
-            limit = k
+        cut = _distances(xq, qi, words, dist, max_radius if k < 0 else bits, k)
         m = 0
-        for d in range(cut + 1):
-            m += hist[d]
+        for i in range(n):
+            m += dist[i] <= cut
         sel = np.empty(m, dtype=np.int64)
         j = 0
         for i in range(n):
             if dist[i] <= cut:
                 sel[j] = i
                 j += 1
-        d_sorted, i_sorted, per_d = _sorted_by_distance(dist, ids, sel, bits, cut, limit)
+        d_sorted, i_sorted, per_d = _sorted_by_distance(dist, ids, sel, bits, cut,
+                                                        n if k < 0 else k)
         got = len(i_sorted)
         if n_out + got > len(out_i):
             size = max(2 * len(out_i), n_out + got)

@@ -5,10 +5,12 @@ Layout (all flat arrays, so a snapshot is a handful of ``.npy`` files that ``mma
 * ``codes``   ``(nu, W)`` uint64, the distinct codes, sorted lexicographically by words;
 * ``offsets`` ``(nu + 1,)`` int64, bucket ``b`` holds ``ids[offsets[b]:offsets[b + 1]]``;
 * ``ids``     ``(n,)`` int64, item ids sorted by (code, id);
-* ``slots``   ``(2^t,)`` int32 open-addressing table (linear probing, load <= 1/2) of bucket
+* ``slots``   ``(2^t,)`` int32 open-addressing table (linear probing, load <= 2/3) of bucket
   numbers, -1 for empty, keyed by a multiplicative hash of the code's words;
-* ``bitmap``  ``(2^f / 64,)`` uint64 occupancy filter, ``f >= t + 3``: one bit per hash value,
-  checked before the table so an empty probe (the common case at radius >= 2) costs one load.
+* ``bitmap``  ``(2^f / 64,)`` uint64 occupancy filter checked before the table, so an empty probe
+  (the common case at radius >= 2) costs one load: a blocked Bloom filter that sets two bits of
+  one 64-bit word per code (word chosen by the top hash bits, bits by middle ones); about 1.4%
+  false positives at 16 bits per distinct code.
 
 For ``Q <= DIRECT_MAX_BITS`` (and codes dense enough) the table is direct-addressed instead:
 ``slots`` has ``2^Q`` entries indexed by the code value itself, and there is no bitmap.
@@ -23,7 +25,8 @@ from index.codes import n_words
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
 DIRECT_MAX_BITS = 24      # direct addressing only up to 2^24 slots (64 MiB of int32)
-BITMAP_BITS_PER_CODE = 16  # filter size, rounded up to a power of two: ~6% false positives
+BITMAP_BITS_PER_CODE = 16  # filter size, rounded up to a power of two
+TABLE_SLOTS_PER_CODE = 1.5  # rounded up to a power of two: load factor 0.375..0.67
 
 
 @njit(inline="always")
@@ -44,8 +47,8 @@ def find_bucket_word(code, codes, slots, bitmap, table_shift, filter_shift, dire
     if direct:
         return slots[code]
     h = code * HASH_MULTIPLIER
-    f = h >> filter_shift
-    if (bitmap[f >> np.uint64(6)] >> (f & np.uint64(63))) & np.uint64(1) == 0:
+    f, bits = filter_word_mask(h, filter_shift)
+    if bitmap[f] & bits != bits:
         return -1
     mask = np.uint64(len(slots) - 1)
     s = h >> table_shift
@@ -57,13 +60,21 @@ def find_bucket_word(code, codes, slots, bitmap, table_shift, filter_shift, dire
 
 
 @njit(inline="always")
+def filter_word_mask(h, filter_shift):
+    """Blocked Bloom filter: the word of hash ``h`` and the two bits it sets there."""
+    mask = (np.uint64(1) << ((h >> np.uint64(24)) & np.uint64(63))) | \
+        (np.uint64(1) << ((h >> np.uint64(30)) & np.uint64(63)))
+    return h >> filter_shift, mask
+
+
+@njit(inline="always")
 def find_bucket(cur, W, codes, slots, bitmap, table_shift, filter_shift, direct):
     """Bucket number of code ``cur`` (W words), or -1 when no item has that code."""
     if direct:
         return slots[cur[0]]
     h = hash_words(cur, W)
-    f = h >> filter_shift
-    if (bitmap[f >> np.uint64(6)] >> (f & np.uint64(63))) & np.uint64(1) == 0:
+    f, bits = filter_word_mask(h, filter_shift)
+    if bitmap[f] & bits != bits:
         return -1
     mask = np.uint64(len(slots) - 1)
     s = h >> table_shift
@@ -87,8 +98,8 @@ def _fill_hash(codes, slots, bitmap, table_shift, filter_shift):
     W = codes.shape[1]
     for b in range(codes.shape[0]):
         h = hash_words(codes[b], W)
-        f = h >> filter_shift
-        bitmap[f >> np.uint64(6)] |= np.uint64(1) << (f & np.uint64(63))
+        f, bits = filter_word_mask(h, filter_shift)
+        bitmap[f] |= bits
         s = h >> table_shift
         while slots[s] >= 0:
             s = (s + np.uint64(1)) & mask
@@ -129,8 +140,8 @@ def _sort_order(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def _pow2_at_least(x: int) -> int:
-    return 1 << max(4, int(x - 1).bit_length())
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(4, (int(np.ceil(x)) - 1).bit_length())
 
 
 class BucketTable:
@@ -143,7 +154,7 @@ class BucketTable:
         self.codes, self.offsets, self.ids = codes, offsets, ids
         self.slots, self.bitmap, self.direct = slots, bitmap, bool(direct)
         self.table_shift = np.uint64(64 - (len(slots).bit_length() - 1))
-        self.filter_shift = np.uint64(64 - (64 * len(bitmap)).bit_length() + 1)
+        self.filter_shift = np.uint64(64 - len(bitmap).bit_length() + 1)
 
     @classmethod
     def build(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> BucketTable:
@@ -160,12 +171,12 @@ class BucketTable:
         direct = bits <= DIRECT_MAX_BITS and (bits <= 16 or (1 << bits) <= 8 * max(nu, 1))
         if direct:
             slots = np.full(1 << bits, EMPTY, dtype=np.int32)
-            bitmap = np.zeros(1, dtype=np.uint64)
+            bitmap = np.zeros(2, dtype=np.uint64)  # unused; two words keep the shift < 64
             table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, True)
             _fill_direct(codes, slots)
         else:
-            slots = np.full(_pow2_at_least(2 * nu), EMPTY, dtype=np.int32)
-            bitmap = np.zeros(max(64, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
+            slots = np.full(_pow2_at_least(TABLE_SLOTS_PER_CODE * nu), EMPTY, dtype=np.int32)
+            bitmap = np.zeros(max(128, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
                               dtype=np.uint64)
             table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, False)
             _fill_hash(codes, slots, bitmap, table.table_shift, table.filter_shift)

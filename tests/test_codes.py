@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from index.codes import (as_words, pack_bits, pack_bytes, pack_hex, pack_ints, to_hex, to_ints,
+from index.codes import (as_words, pack_bits, pack_bytes, pack_hex, pack_ints, to_hex, to_ints, to_packed,
                          unpack_words)
 
 BITS = [1, 7, 8, 13, 31, 32, 63, 64, 65, 100, 128, 256]
@@ -16,6 +16,7 @@ def test_all_formats_agree(bits, n, seed):
     assert words.shape == (n, (bits + 63) // 64)
     assert (unpack_words(words, bits) == b).all()
     assert (pack_bytes(np.packbits(b, axis=1), bits) == words).all()
+    assert (to_packed(words, bits) == np.packbits(b, axis=1)).all()
     assert (pack_bits(2 * b.astype(np.int8) - 1) == words).all()
     assert (pack_bits(b.astype(bool)) == words).all()
     if n:
