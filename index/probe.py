@@ -226,13 +226,13 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
     for qi in range(nq):
         start = n_out
         spent = 0
-        t_query = monotonic_ns() if with_clock else 0
+        t_query = monotonic_ns() if with_clock else 0  # one clock read per radius boundary
+        t_prev = t_query
         for r in range(width):
             if k >= 0 and spent + per_radius[r] > max_probes:
                 limited[qi] = r
                 break
             spent += per_radius[r]
-            t0 = monotonic_ns() if with_clock else 0
             seg = n_out
             while True:
                 if W == 1:
@@ -255,15 +255,16 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             stats[2, qi, r] = probes - nonempty
             stats[3, qi, r] = n_out - seg
             if with_clock:
-                stats[4, qi, r] = monotonic_ns() - t0
+                t_now = monotonic_ns()
+                stats[4, qi, r] = t_now - t_prev
+                t_prev = t_now
             radii[qi] = r + 1
             if k >= 0 and (n_out - start >= k or n_out - start >= ntotal):
                 break
         if k >= 0 and n_out - start > k:
             n_out = start + k
         counts[qi] = n_out - start
-        if with_clock:
-            total_ns[qi] = monotonic_ns() - t_query
+        total_ns[qi] = t_prev - t_query
     return counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns, limited
 
 
