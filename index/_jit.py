@@ -1,7 +1,7 @@
 """Numba flags in one place, and the two intrinsics every kernel uses.
 
 * ``popcount64(x)``: number of set bits of a uint64 (LLVM ``ctpop``, one POPCNT instruction).
-* ``ctz64(x)``: trailing zero bits of a nonzero uint64 (LLVM ``cttz``, one TZCNT instruction).
+* ``ctz64(x)``, ``clz64(x)``: trailing / leading zero bits of a uint64 (LLVM ``cttz``/``ctlz``).
 * ``monotonic_ns()``: ``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds, callable from
   nopython code. It is declared as an external symbol (not a ctypes pointer), so kernels that
   call it can still be cached on disk.
@@ -64,6 +64,18 @@ def ctz64(typingctx, x):
     def codegen(context, builder, signature, args):
         (val,) = args
         return builder.cttz(val, ir.Constant(ir.IntType(1), 1))
+
+    return sig, codegen
+
+
+@intrinsic
+def clz64(typingctx, x):
+    """Number of leading zero bits of a 64-bit integer (64 for 0)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        (val,) = args
+        return builder.ctlz(val, ir.Constant(ir.IntType(1), 0))
 
     return sig, codegen
 

@@ -21,85 +21,104 @@ def _distance(xq, qi, words, i, W):
 
 
 @njit
-def _sorted_by_distance(dist, ids, sel, bits, max_d, limit):
-    """Items ``sel`` ordered by (distance, id) with distance <= max_d, at most ``limit``.
+def _sorted_by_distance(sel_d, sel, ids, kept, bits, max_d, limit):
+    """Kept items with distance <= max_d ordered by (distance, id), at most ``limit``.
 
-    Counting sort by distance, then ids sorted inside each distance block.
+    Counting sort by distance, then ids sorted inside each distance block. Also returns the
+    number of items at each distance 0..max_d.
     """
     hist = np.zeros(bits + 2, dtype=np.int64)
-    for i in sel:
-        hist[dist[i] + 1] += 1
+    for t in range(kept):
+        if sel_d[t] <= max_d:
+            hist[sel_d[t] + 1] += 1
     starts = np.cumsum(hist)
     fill = starts[:-1].copy()
-    out_i = np.empty(len(sel), dtype=np.int64)
-    out_d = np.empty(len(sel), dtype=np.int32)
-    for i in sel:
-        p = fill[dist[i]]
-        out_i[p] = ids[i]
-        out_d[p] = dist[i]
-        fill[dist[i]] += 1
+    m = starts[max_d + 1]
+    out_i = np.empty(m, dtype=np.int64)
+    out_d = np.empty(m, dtype=np.int32)
+    for t in range(kept):
+        d = sel_d[t]
+        if d <= max_d:
+            out_i[fill[d]] = ids[sel[t]]
+            out_d[fill[d]] = d
+            fill[d] += 1
     for d in range(max_d + 1):
         if starts[d + 1] - starts[d] > 1:
             out_i[starts[d]:starts[d + 1]] = np.sort(out_i[starts[d]:starts[d + 1]])
-    n = min(limit, len(sel))
+    n = min(limit, m)
     return out_d[:n], out_i[:n], hist[1:max_d + 2]
 
 
 @njit
-def _distances(xq, qi, words, dist, cut, k):
-    """Pass 1: every item's distance into ``dist``; returns the final cut-off distance.
+def _collect(xq, qi, words, cut, k, sel, sel_d):
+    """One pass over the items: keep those within the cut-off in ``sel`` / ``sel_d``.
 
-    Range search (``k < 0``) keeps ``cut``. k-NN keeps a running cut-off ``tau`` with at least
-    ``k`` items at distance <= tau and lowers it as closer items arrive; only items within the
-    cut-off touch the counters, so the loop has no histogram dependency chain.
+    Range search (``k < 0``) keeps every item with ``d <= cut``. k-NN keeps a running cut-off
+    ``tau`` (at least ``k`` kept items lie at distance <= tau) and lowers it as closer items
+    arrive, so after the first few thousand items almost nothing is kept and the loop is one
+    popcount and one predictable branch per item. Returns ``(kept, tau)``; ``kept`` larger than
+    ``len(sel)`` means the buffer overflowed and the pass must be redone with a bigger one.
     """
     n, W = words.shape
-    if k < 0:
-        for i in range(n):
-            dist[i] = _distance(xq, qi, words, i, W)
-        return cut
+    cap = len(sel)
     tau = cut
     cnt = np.zeros(cut + 1, dtype=np.int64)
-    within = 0  # items at distance <= tau
+    within = 0  # kept items at distance <= tau (k-NN)
+    kept = 0
+    flat = words.reshape(n * W)
+    q0 = xq[qi, 0]
     for i in range(n):
-        d = _distance(xq, qi, words, i, W)
-        dist[i] = d
+        if W == 1:  # the fast path: one contiguous word per item
+            d = popcount64(q0 ^ flat[i])
+        else:
+            d = _distance(xq, qi, words, i, W)
         if d <= tau:
-            cnt[d] += 1
-            within += 1
-            while tau > 0 and within - cnt[tau] >= k:
-                within -= cnt[tau]
-                tau -= 1
-    return tau
+            if kept < cap:
+                sel[kept] = i
+                sel_d[kept] = d
+            kept += 1
+            if k >= 0:
+                cnt[d] += 1
+                within += 1
+                while tau > 0 and within - cnt[tau] >= k:
+                    within -= cnt[tau]
+                    tau -= 1
+                if kept >= cap and kept < 2 * cap:
+                    # compact: drop kept items beyond the current cut-off
+                    j = 0
+                    for t in range(min(kept, cap)):
+                        if sel_d[t] <= tau:
+                            sel[j] = sel[t]
+                            sel_d[j] = sel_d[t]
+                            j += 1
+                    kept = j
+    return kept, tau
 
 
 @njit
 def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``)."""
     nq, W = xq.shape
-    n = words.shape[0]
     counts = np.zeros(nq, dtype=np.int64)
     items = np.zeros((nq, bits + 1), dtype=np.int64)
     radii = np.zeros(nq, dtype=np.int64)
     total_ns = np.zeros(nq, dtype=np.int64)
-    dist = np.empty(n, dtype=np.int16)
+    sel = np.empty(4096, dtype=np.int64)
+    sel_d = np.empty(4096, dtype=np.int32)
     out_d = np.empty(1024, dtype=np.int32)
     out_i = np.empty(1024, dtype=np.int64)
     n_out = 0
     for qi in range(nq):
         t0 = monotonic_ns() if with_clock else 0
-        cut = _distances(xq, qi, words, dist, max_radius if k < 0 else bits, k)
-        m = 0
-        for i in range(n):
-            m += dist[i] <= cut
-        sel = np.empty(m, dtype=np.int64)
-        j = 0
-        for i in range(n):
-            if dist[i] <= cut:
-                sel[j] = i
-                j += 1
-        d_sorted, i_sorted, per_d = _sorted_by_distance(dist, ids, sel, bits, cut,
-                                                        n if k < 0 else k)
+        cut = max_radius if k < 0 else bits
+        while True:
+            kept, tau = _collect(xq, qi, words, cut, k, sel, sel_d)
+            if kept <= len(sel):
+                break
+            sel = np.empty(2 * kept, dtype=np.int64)  # rare: redo the pass with room
+            sel_d = np.empty(2 * kept, dtype=np.int32)
+        d_sorted, i_sorted, per_d = _sorted_by_distance(sel_d, sel, ids, kept, bits, tau,
+                                                        kept if k < 0 else k)
         got = len(i_sorted)
         if n_out + got > len(out_i):
             size = max(2 * len(out_i), n_out + got)
@@ -112,8 +131,8 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
         out_d[n_out:n_out + got] = d_sorted
         n_out += got
         counts[qi] = got
-        items[qi, :cut + 1] = per_d
-        radii[qi] = cut + 1
+        items[qi, :tau + 1] = per_d
+        radii[qi] = tau + 1
         if with_clock:
             total_ns[qi] = monotonic_ns() - t0
     return counts, out_d[:n_out].copy(), out_i[:n_out].copy(), items, radii, total_ns
