@@ -12,14 +12,16 @@ import sys
 
 #: subcommand name -> module implementing it
 SUBCOMMANDS = {
-    "demo": "index.demo",
+    "demo": "loadtest.demo",
+    "engine-demo": "index.demo",
     "eval": "index.metrics.cli",
     "reproduce": "index.reproduce",
     "serve": "app.cli",
 }
 
 EXAMPLES = """examples:
-  bucketsearch demo                       # engine demo on the embedded synthetic data
+  bucketsearch demo                       # the main job: server + load test, measured vs modeled
+  bucketsearch engine-demo                # the engine alone, radius by radius
   bucketsearch eval --db-codes db.npy --query-codes q.npy --db-labels l.npy --query-labels m.npy
   bucketsearch reproduce                  # the RAMAP paper's tables on the embedded data
   bucketsearch serve --data-dir data --port 8000

@@ -1,4 +1,4 @@
-"""``bucketsearch demo``: the engine on the embedded synthetic data, radius by radius.
+"""``bucketsearch engine-demo``: the engine on the embedded synthetic data, radius by radius.
 
 Builds a deterministic set of clustered 64-bit codes (near-duplicate shaped, generated from a
 seed), indexes it, runs radius searches r = 0..R and k-NN with per-radius accounting, checks
@@ -15,9 +15,9 @@ from rich.table import Table
 
 HELP = "engine demo on the embedded synthetic data: per-radius probes, empty buckets, lookup time"
 EPILOG = """examples:
-  bucketsearch demo                         # 1M clustered 64-bit codes, radii 0..3
-  bucketsearch demo --n 200000 --radius 2   # smaller and faster
-  bucketsearch demo --bits 32 --uniform
+  bucketsearch engine-demo                  # 1M clustered 64-bit codes, radii 0..3
+  bucketsearch engine-demo --n 200000 --radius 2   # smaller and faster
+  bucketsearch engine-demo --bits 32 --uniform
 """
 
 

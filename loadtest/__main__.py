@@ -2,4 +2,5 @@ import sys
 
 from loadtest.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # spawned client processes re-import this module as __mp_main__
+    sys.exit(main())

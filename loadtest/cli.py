@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from loadtest import dataset
 from loadtest.report import build_report, plot_report, print_report
-from loadtest.runner import (ARRIVALS, LOOPS, MODES, RunConfig, ServerError, check_server, config_dict,
+from loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig, ServerError,
+                             check_server, config_dict,
                              get_cost_model, get_index, run, saturation_warnings)
 from loadtest.stats import LoadStats
 from loadtest.workload import QueryClass, Workload, parse_radii
@@ -66,14 +68,16 @@ def _nonneg_int(flag):
 
 
 def _positive_float(flag, allow_zero=False):
+    allowed = "a finite number " + (">= 0" if allow_zero else "> 0")
+
     def parse(text):
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not a number") from None
-        if not (value >= 0 if allow_zero else value > 0) or value != value:
-            raise argparse.ArgumentTypeError(
-                f"{flag} {text}: must be a number {'>= 0' if allow_zero else '> 0'}")
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not a number "
+                                             f"(allowed: {allowed})") from None
+        if not math.isfinite(value) or not (value >= 0 if allow_zero else value > 0):
+            raise argparse.ArgumentTypeError(f"{flag} {text}: not allowed (allowed: {allowed})")
         return value
     return parse
 
@@ -133,6 +137,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--loop", choices=LOOPS, default="asyncio",
                    help="event loop; asyncio's timers let the open-loop scheduler keep its lag "
                         "to microseconds (default %(default)s)")
+    g.add_argument("--transport", choices=TRANSPORTS, default="aiohttp",
+                   help="HTTP transport under httpx: aiohttp (httpx-aiohttp, fast) or httpx's "
+                        "own (a baseline) (default %(default)s)")
     g = p.add_argument_group("queries")
     g.add_argument("--radii", type=_radii, default=[0, 1, 2],
                    help="radius classes, e.g. 0,1,2 or 0-3 (default 0,1,2)")
@@ -176,13 +183,20 @@ def load_codes(path: str | None, bits: int, data_n: int, data_seed: int) -> np.n
     except (OSError, ValueError) as exc:
         raise ValueError(f"--codes {path!r}: cannot read a .npy file ({exc})") from None
     nbytes = (bits + 7) // 8
-    if arr.ndim == 2 and arr.shape[1] == bits and arr.dtype != np.uint8 or \
-            (arr.ndim == 2 and arr.shape[1] == bits and bits != nbytes):
+    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == nbytes and nbytes != bits:
+        packed = np.array(arr, copy=True)                     # packed rows
+        if bits % 8:   # the server rejects nonzero padding bits: clear them
+            packed[:, -1] &= np.uint8((0xFF << (8 - bits % 8)) & 0xFF)
+        return packed
+    if arr.ndim == 2 and arr.shape[1] == bits and (np.issubdtype(arr.dtype, np.integer)
+                                                   or arr.dtype == np.bool_):
+        if arr.size and not np.isin(arr, (-1, 0, 1)).all():
+            raise ValueError(f"--codes {path!r}: a (n, {bits}) bit array must hold 0/1 "
+                             "(or -1/+1) values")
         return np.packbits((arr > 0).astype(np.uint8), axis=1)
-    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == nbytes:
-        return np.ascontiguousarray(arr)
-    raise ValueError(f"--codes {path!r}: shape {arr.shape} dtype {arr.dtype} is not packed "
-                     f"(n, {nbytes}) uint8 nor (n, {bits}) bits of a {bits}-bit index")
+    raise ValueError(f"--codes {path!r}: shape {arr.shape} dtype {arr.dtype} is neither packed "
+                     f"(n, {nbytes}) uint8 rows nor an (n, {bits}) bit array of a {bits}-bit "
+                     "index")
 
 
 def config_from_args(args) -> RunConfig:
@@ -191,6 +205,7 @@ def config_from_args(args) -> RunConfig:
                      max_inflight=args.max_inflight, duration=args.duration,
                      requests=args.requests, warmup=args.warmup, timeout=args.timeout,
                      processes=args.processes, seed=args.seed, loop=args.loop,
+                     transport=args.transport,
                      progress=not args.no_progress).validate()
 
 

@@ -27,7 +27,7 @@ FLIP_P = 0.25
 
 def clustered_codes(n: int = DEFAULT_N, bits: int = DEFAULT_BITS, seed: int = DEFAULT_SEED,
                     cluster_size: int = DEFAULT_CLUSTER_SIZE) -> np.ndarray:
-    """``(n, ceil(bits/8))`` uint8 packed codes, deterministic in ``(n, bits, seed, cluster_size)``."""
+    """``(n, ceil(bits/8))`` uint8 packed codes, deterministic in its four arguments."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if not 1 <= bits <= 256:

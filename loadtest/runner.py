@@ -19,8 +19,11 @@ rate (open) or concurrency (closed) is split over that many client processes sha
 time; their records are merged.
 
 HTTP: ``httpx.AsyncClient`` with the ``httpx-aiohttp`` transport (``HttpxAiohttpClient``), whose
-throughput on 2 cores is several times httpx's default transport; the event loop is uvloop when
-installed.
+throughput on 2 cores is well above httpx's default transport. Each distinct request body is
+built into an ``httpx.Request`` once and re-sent (``client.send``), which saves URL parsing and
+header building on every request. The event loop is asyncio's (``--loop uvloop`` is offered;
+asyncio's millisecond-rounded-up timers suit the open-loop scheduler better, see
+:func:`_sleep_until`).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from loadtest.workload import Workload
 ARRIVALS = ("constant", "poisson")
 MODES = ("open", "closed")
 LOOPS = ("asyncio", "uvloop")
+TRANSPORTS = ("aiohttp", "httpx")
 #: a client process above this CPU share (of one core) during the run is saturated
 CPU_SATURATION = 0.85
 #: ... and so is one whose scheduler is late by more than this (p99) or sends < 95% of target
@@ -67,6 +71,7 @@ class RunConfig:
     processes: int = 1
     seed: int = 0
     loop: str = "asyncio"
+    transport: str = "aiohttp"
     progress: bool = True
 
     def validate(self) -> "RunConfig":
@@ -92,6 +97,8 @@ class RunConfig:
             bad("--timeout", self.timeout, "seconds > 0")
         if self.loop not in LOOPS:
             bad("--loop", self.loop, "asyncio or uvloop")
+        if self.transport not in TRANSPORTS:
+            bad("--transport", self.transport, "aiohttp or httpx")
         if self.processes < 1:
             bad("--processes", self.processes, "an integer >= 1")
         if self.mode == "closed" and self.processes > self.concurrency:
@@ -122,12 +129,17 @@ class ServerError(RuntimeError):
     """The server is unreachable or answered a setup request with an error."""
 
 
-def make_client(url: str, max_connections: int, timeout: float) -> httpx.AsyncClient:
-    """httpx client on the aiohttp transport, keep-alive connections up to ``max_connections``."""
-    from httpx_aiohttp import HttpxAiohttpClient
-
+def make_client(url: str, max_connections: int, timeout: float,
+                transport: str = "aiohttp") -> httpx.AsyncClient:
+    """httpx client, keep-alive connections up to ``max_connections``; ``transport`` "aiohttp"
+    (``httpx_aiohttp.HttpxAiohttpClient``, the default) or "httpx" (httpx's own transport, the
+    baseline of the benchmark)."""
     limits = httpx.Limits(max_connections=max_connections,
                           max_keepalive_connections=max_connections)
+    if transport == "httpx":
+        return httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(timeout))
+    from httpx_aiohttp import HttpxAiohttpClient
+
     return HttpxAiohttpClient(base_url=url, limits=limits, timeout=httpx.Timeout(timeout))
 
 
@@ -155,24 +167,41 @@ class _Shared:
 
 
 async def _send(client, path, req, res_list, intended, dispatch, sem, state, shared):
-    async with sem:
-        sent = time.monotonic_ns()
-        state["inflight"] += 1
-        state["max_inflight"] = max(state["max_inflight"], state["inflight"])
-        status, error, content = 0, None, None
-        try:
-            resp = await client.post(path, content=req.body,
-                                     headers={"content-type": "application/json"})
-            content = resp.content
-            status = resp.status_code
-            if status >= 300:
-                error = f"HTTP {status}"
-        except httpx.TimeoutException:
-            error = "timeout"
-        except (httpx.HTTPError, OSError) as exc:
-            error = type(exc).__name__
-        done = time.monotonic_ns()
-        state["inflight"] -= 1
+    sent, status, error, content = None, 0, None, None
+    try:
+        async with sem:
+            sent = time.monotonic_ns()
+            state["inflight"] += 1
+            state["max_inflight"] = max(state["max_inflight"], state["inflight"])
+            try:
+                http_req = state["prepared"].get(id(req))
+                if http_req is None:
+                    http_req = state["prepared"][id(req)] = client.build_request(
+                        "POST", path, content=req.body,
+                        headers={"content-type": "application/json"})
+                resp = await client.send(http_req)
+                content = resp.content
+                status = resp.status_code
+                if status >= 300:
+                    error = f"HTTP {status}"
+            except httpx.TimeoutException:
+                error = "timeout"
+            except (httpx.HTTPError, OSError) as exc:
+                error = type(exc).__name__
+            finally:
+                state["inflight"] -= 1
+    except asyncio.CancelledError:
+        # still unanswered when the run ended (see _open_loop): an error, not a lost record
+        error = "no answer before the end of the run"
+        _record(req, res_list, intended, dispatch, sent, status, error, None, shared)
+        raise
+    _record(req, res_list, intended, dispatch, sent, status, error, content, shared)
+
+
+def _record(req, res_list, intended, dispatch, sent, status, error, content, shared):
+    done = time.monotonic_ns()
+    if sent is None:
+        sent = done
     q = req.qclass
     res = RequestResult(q.label, q.radius, q.k, req.n_queries, intended, dispatch, sent, done,
                         status, error)
@@ -213,26 +242,26 @@ def _arrival_offsets(cfg: RunConfig, rate: float, seed: int, n: int) -> np.ndarr
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])]).astype(np.int64)
 
 
-async def _open_loop(cfg, workload, start_ns, rate, seed, phase_ns, first_index, stride, shared):
+async def _open_loop(cfg, workload, start_ns, rate, seed, phase_ns, first_index, stride, shared,
+                     cap):
     measure_from = start_ns + int(cfg.warmup * 1e9)
     end = measure_from + int(cfg.duration * 1e9)
-    cap = cfg.requests
     # schedule enough arrivals for warm-up + duration (+ slack for Poisson)
     n_sched = int((cfg.warmup + cfg.duration) * rate * 1.5) + 16
     offsets = _arrival_offsets(cfg, rate, seed, n_sched) + phase_ns
     results: list[RequestResult] = []
-    state = {"inflight": 0, "max_inflight": 0}
+    state = {"inflight": 0, "max_inflight": 0, "prepared": {}}
     sem = asyncio.Semaphore(max(1, cfg.max_inflight // cfg.processes))
     path = f"/v1/indexes/{cfg.index}/search"
     tasks = set()
     measured = 0
-    async with make_client(cfg.url, max(1, cfg.max_inflight // cfg.processes),
-                           cfg.timeout) as client:
+    async with make_client(cfg.url, max(1, cfg.max_inflight // cfg.processes), cfg.timeout,
+                           cfg.transport) as client:
         i = 0
         while True:
-            if i >= len(offsets):
-                offsets = np.concatenate([offsets, offsets[-1] + _arrival_offsets(
-                    cfg, rate, seed + i, len(offsets))[1:] + int(1e9 / rate)])
+            if i >= len(offsets):  # (rare: more Poisson arrivals than 1.5x the mean)
+                more = _arrival_offsets(cfg, rate, seed + i, len(offsets) + 1)
+                offsets = np.concatenate([offsets, offsets[-1] + int(1e9 / rate) + more])
             intended = start_ns + int(offsets[i])
             if intended >= end or (cap is not None and measured >= cap):
                 break
@@ -247,22 +276,26 @@ async def _open_loop(cfg, workload, start_ns, rate, seed, phase_ns, first_index,
             task.add_done_callback(tasks.discard)
             i += 1
         if tasks:
-            await asyncio.wait(set(tasks), timeout=cfg.timeout + 5)
+            _, pending = await asyncio.wait(set(tasks), timeout=cfg.timeout + 5)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
     return results, state["max_inflight"]
 
 
-async def _closed_loop(cfg, workload, start_ns, concurrency, first_index, stride, shared):
+async def _closed_loop(cfg, workload, start_ns, concurrency, first_index, stride, shared, cap):
     measure_from = start_ns + int(cfg.warmup * 1e9)
     end = measure_from + int(cfg.duration * 1e9)
     results: list[RequestResult] = []
-    state = {"inflight": 0, "max_inflight": 0, "next": 0, "measured": 0}
+    state = {"inflight": 0, "max_inflight": 0, "next": 0, "measured": 0, "prepared": {}}
     sem = asyncio.Semaphore(concurrency)
     path = f"/v1/indexes/{cfg.index}/search"
 
     async def worker(client):
         while True:
             now = time.monotonic_ns()
-            if now >= end or (cfg.requests is not None and state["measured"] >= cfg.requests):
+            if now >= end or (cap is not None and state["measured"] >= cap):
                 return
             if now >= measure_from:
                 state["measured"] += 1
@@ -274,7 +307,7 @@ async def _closed_loop(cfg, workload, start_ns, concurrency, first_index, stride
     now = time.monotonic_ns()
     if start_ns > now:
         await asyncio.sleep((start_ns - now) / 1e9)
-    async with make_client(cfg.url, concurrency, cfg.timeout) as client:
+    async with make_client(cfg.url, concurrency, cfg.timeout, cfg.transport) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return results, state["max_inflight"]
 
@@ -292,15 +325,18 @@ def _run_one(cfg: RunConfig, workload: Workload, start_ns: int, proc: int, share
     """One client process's share of the run; returns (results, cpu_s, max_inflight)."""
     cpu0 = time.process_time()
     n = cfg.processes
+    cap = None   # this process's share of the measured-request budget
+    if cfg.requests is not None:
+        cap = cfg.requests // n + (1 if proc < cfg.requests % n else 0)
     if cfg.mode == "open":
         rate = cfg.rate / n
         # constant arrivals of process k are shifted by k / rate so the processes interleave
         phase = int(proc * 1e9 / cfg.rate) if cfg.arrivals == "constant" else 0
         coro = _open_loop(cfg, workload, start_ns, rate, cfg.seed + 1000 * proc, phase, proc,
-                          n, shared)
+                          n, shared, cap)
     else:
         conc = cfg.concurrency // n + (1 if proc < cfg.concurrency % n else 0)
-        coro = _closed_loop(cfg, workload, start_ns, conc, proc, n, shared)
+        coro = _closed_loop(cfg, workload, start_ns, conc, proc, n, shared, cap)
     results, max_inflight = _runner(cfg.loop)(coro)
     return results, time.process_time() - cpu0, max_inflight
 
@@ -420,8 +456,15 @@ def saturation_warnings(cfg: RunConfig, outcome: RunOutcome, stats) -> list[str]
     if cfg.mode == "open":
         lag_p99 = stats.sched_lag_us.percentile(99)
         if lag_p99 is not None and lag_p99 / 1000 > LAG_SATURATION_MS:
-            warnings.append(f"client saturated: scheduler lag p99 {lag_p99 / 1000:.1f} ms "
-                            f"(> {LAG_SATURATION_MS} ms): requests left the client late")
+            if share >= CPU_SATURATION:
+                warnings.append(f"client saturated: scheduler lag p99 {lag_p99 / 1000:.1f} ms "
+                                f"(> {LAG_SATURATION_MS} ms) with the client at {share:.0%} of "
+                                "a core: requests left the client late")
+            else:
+                warnings.append(f"scheduler lag p99 {lag_p99 / 1000:.1f} ms (> "
+                                f"{LAG_SATURATION_MS} ms) with the client at only {share:.0%} of "
+                                "a core: the machine's CPUs are oversubscribed (server, client "
+                                "and other load); the latencies include this lag")
         send_rate = stats.send_rate()
         if send_rate is not None and send_rate < RATE_SHORTFALL * cfg.rate:
             warnings.append(f"send rate {send_rate:,.0f}/s is below {RATE_SHORTFALL:.0%} of the "

@@ -20,10 +20,15 @@ would have waited too. The honest latency is therefore measured from the *intend
     queueing_i     = sent_ns_i - intended_ns_i        (time spent waiting to be sent)
     sched_lag_i    = dispatch_ns_i - intended_ns_i    (client event-loop lateness only)
 
-so ``latency_i = queueing_i + service_time_i``. A stalled server makes the latency of every
-request scheduled during the stall grow (request i waits ``stall_end - intended_i`` more), while
-the service times of those requests stay short; a closed loop, having no schedule, reports only
-service times and hides the stall (its one slow request is a single sample).
+so ``latency_i = queueing_i + service_time_i``. A failed request (HTTP error, timeout,
+connection error) still has a latency (time to the failure) and counts in the latency
+percentiles; it is counted in ``errors`` and contributes no server statistics.
+
+A stalled server makes the latency of every request scheduled during the stall grow (request i
+waits up to ``stall_end - intended_i`` more). If the client held those requests back (all its
+connections busy) their service times stay short and only the corrected latency shows the
+stall; a closed loop, having no schedule, reports only service times and hides the stall (it
+sent one request into it: one slow sample).
 
 Percentiles. Values go into HDR histograms (``hdrh``; 3 significant digits). The p-th percentile
 of N recorded values is the value of rank ``k = max(1, floor(p * N / 100 + 0.5))`` in ascending

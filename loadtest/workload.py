@@ -149,7 +149,6 @@ class Workload:
                 packed = make_queries(base_codes, bits, qclass, batch, rng)
                 bodies.append(Request(qclass, encode_body(qclass, packed, stats), batch))
             self.pools.append(bodies)
-        self._cursor = [0] * len(classes)
 
     def __getitem__(self, i: int) -> Request:
         c = int(self.schedule[i % len(self.schedule)])

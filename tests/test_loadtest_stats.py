@@ -228,7 +228,8 @@ def test_build_report_shape_and_plot(tmp_path):
     assert report["model"]["t0_ns"] == 5.0 and report["model"]["t0_source"] == "server calibration"
     assert report["model"]["r2"] is not None
     assert report["per_radius"][3]["verdict"].startswith("holds")
-    assert report["per_radius"][0]["verdict"].startswith("breaks: fixed per-query overhead")
+    # y = 500 + 5 P: at radius 0 the 500 ns overhead is 99% of the cost
+    assert report["per_radius"][0]["verdict"].startswith("breaks: per-probe work is only 1%")
     assert report["versions"]["hdrhistogram"]
     out = tmp_path / "plot.png"
     plot_report(report, out)
@@ -261,6 +262,26 @@ def test_workload_radius_queries_stay_within_radius_and_are_seeded():
             assert len(code) == 16
             assert _hamming_to_set(bytes.fromhex(code), base) <= limit
     assert seen == {"r0", "r1", "r3", "knn5"}
+
+
+def test_load_codes_accepts_packed_rows_and_bit_arrays(tmp_path):
+    from loadtest.cli import load_codes
+
+    bits01 = np.random.default_rng(0).integers(0, 2, size=(50, 12), dtype=np.uint8)
+    packed = np.packbits(bits01, axis=1)
+    np.save(tmp_path / "bits.npy", bits01)
+    np.save(tmp_path / "pm.npy", bits01.astype(np.int8) * 2 - 1)
+    dirty = packed.copy()
+    dirty[:, -1] |= 0x0F                      # padding bits set: cleared on load
+    np.save(tmp_path / "packed.npy", dirty)
+    for name in ("bits.npy", "pm.npy", "packed.npy"):
+        assert np.array_equal(load_codes(str(tmp_path / name), 12, 1, 0), packed)
+    np.save(tmp_path / "bad.npy", np.zeros((5, 7), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"--codes .*bad.npy.*\(n, 2\) uint8"):
+        load_codes(str(tmp_path / "bad.npy"), 12, 1, 0)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_codes(str(tmp_path / "missing.npy"), 12, 1, 0)
+    assert load_codes(None, 64, 10, 3).shape == (10, 8)
 
 
 def test_parse_radii_and_errors():
