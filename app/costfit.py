@@ -1,12 +1,12 @@
 """Per-index cost bookkeeping: per-radius latency histograms and the t0 fit (pure, no I/O).
 
-Until ``index.costmodel`` lands this module holds the fallback fit the server uses:
-
 * ``t0`` (RAMAP's cost of one probe, Jiang, Li & Li): least squares through the origin of the
   measured per-radius lookup time against the probes of that radius,
-  ``t0 = sum_j p_j t_j / sum_j p_j^2`` over every (query, radius) sample (:func:`fit_t0`).
-* an extended model ``t = a * probes + b * nonempty_buckets + c * items`` fitted by least
-  squares on the same samples (normal equations accumulated online).
+  ``t0 = sum_j p_j t_j / sum_j p_j^2`` over every (query, radius) sample of every search since
+  start (running sums, so exact over all of them; the formula of ``index.costmodel.fit_t0``,
+  :func:`fit_t0` here is the same function for when that module is absent).
+* the extended model: ``index.costmodel.fit_extended`` on the stats of the most recent searches
+  (a bounded buffer of ``EXTENDED_BUFFER_ROWS`` queries).
 
 Latencies go into log-spaced histograms (``SUB_BUCKETS`` buckets per power of two, about 4.4%
 relative resolution), recorded with numpy in one call per search; quantiles are read from them
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,8 @@ import numpy as np
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
 N_BUCKETS = SUB_BUCKETS * OCTAVES + 1
-EXTENDED_TERMS = ("probes", "nonempty_buckets", "items")
+EXTENDED_BUFFER_ROWS = 20_000
+MAX_PENDING = 1024  # queued searches folded in by the request that exceeds this
 
 
 def fit_t0(probes: np.ndarray, lookup_ns: np.ndarray) -> float | None:
@@ -70,38 +72,52 @@ class CostTracker:
         self._pt = 0.0  # sum p * t
         self._pp = 0.0  # sum p^2
         self._samples = 0
-        self._xtx = np.zeros((3, 3))
-        self._xty = np.zeros(3)
+        self._pending: deque = deque()  # SearchStats not yet folded in (see drain)
+        self._recent: list = []  # recent SearchStats for the extended model
+        self._recent_rows = 0
         self.calibrated_t0: float | None = None
         self.calibration: dict | None = None
 
     def observe(self, st) -> None:
-        """Record a :class:`index.probe.SearchStats` (only radii each query really searched)."""
-        if st is None or not len(st.radii):
-            return
-        width = st.probes.shape[1]
-        valid = np.arange(width)[None, :] < np.asarray(st.radii)[:, None]
-        probes = st.probes[valid].astype(np.float64)
-        t = st.lookup_ns[valid].astype(np.float64)
-        radius = np.broadcast_to(np.arange(width), st.probes.shape)[valid]
-        x = np.stack([probes, st.nonempty_buckets[valid].astype(np.float64),
-                      st.items[valid].astype(np.float64)], axis=1)
-        empty = st.empty_buckets[valid]
-        buckets = bucket_of(t)
+        """Queue a :class:`index.probe.SearchStats` (O(1): the request does not pay for the
+        bookkeeping; :meth:`drain` folds the queue in, on every read of the figures)."""
+        if st is not None and len(st.radii):
+            self._pending.append(st)  # deque.append is thread-safe
+            if len(self._pending) > MAX_PENDING:
+                self.drain()
+
+    def drain(self) -> None:
+        """Fold every queued SearchStats into the histograms and the t0 sums."""
         with self._lock:
-            self._pt += float(probes @ t)
-            self._pp += float(probes @ probes)
+            while True:
+                try:
+                    st = self._pending.popleft()
+                except IndexError:
+                    return
+                self._fold(st)
+
+    def _fold(self, st) -> None:
+        width = st.probes.shape[1]
+        radii = np.asarray(st.radii)
+        for r in range(width):
+            reached = radii > r
+            if not reached.any():
+                continue
+            t = st.lookup_ns[reached, r].astype(np.float64)
+            p = st.probes[reached, r].astype(np.float64)
+            self._pt += float(p @ t)
+            self._pp += float(p @ p)
             self._samples += len(t)
-            self._xtx += x.T @ x
-            self._xty += x.T @ t
-            for r in np.unique(radius):
-                sel = radius == r
-                rec = self.radii.setdefault(int(r), RadiusRecord())
-                np.add.at(rec.counts, buckets[sel], 1)
-                rec.n += int(sel.sum())
-                rec.sum_ns += float(t[sel].sum())
-                rec.probes_total += int(st.probes[valid][sel].sum())
-                rec.empty_total += int(empty[sel].sum())
+            rec = self.radii.setdefault(r, RadiusRecord())
+            rec.counts += np.bincount(bucket_of(t), minlength=N_BUCKETS)
+            rec.n += len(t)
+            rec.sum_ns += float(t.sum())
+            rec.probes_total += int(st.probes[reached, r].sum())
+            rec.empty_total += int(st.empty_buckets[reached, r].sum())
+        self._recent.append(st)
+        self._recent_rows += len(radii)
+        while self._recent_rows > EXTENDED_BUFFER_ROWS and len(self._recent) > 1:
+            self._recent_rows -= len(self._recent.pop(0).radii)
 
     def set_calibration(self, t0: float | None, info: dict) -> None:
         with self._lock:
@@ -112,24 +128,38 @@ class CostTracker:
         """The t0 to model with: the last calibration, else the fit over observed searches."""
         if self.calibrated_t0 is not None:
             return self.calibrated_t0, "calibration"
+        if self._pending:
+            self.drain()
         if self._pp > 0:
             return self._pt / self._pp, "observed searches"
         return None, None
 
-    def extended(self) -> tuple[list[float], int] | None:
+    def extended(self) -> dict | None:
+        """``index.costmodel.fit_extended`` over the recent searches (None before any)."""
+        try:
+            from index.costmodel import fit_extended
+        except ModuleNotFoundError:
+            return None
+        self.drain()
         with self._lock:
-            if self._samples < 3:
-                return None
-            coef, *_ = np.linalg.lstsq(self._xtx, self._xty, rcond=None)
-            return [float(c) for c in coef], self._samples
+            recent = list(self._recent)
+        if not recent:
+            return None
+        st = type(recent[0]).concat(recent)
+        model = fit_extended(st)
+        out = model.to_dict()
+        out["source"] = f"index.costmodel.fit_extended over the last {len(st.radii)} queries"
+        return out
 
     def snapshot(self) -> dict[int, RadiusRecord]:
+        self.drain()
         with self._lock:
             return {r: RadiusRecord(rec.counts.copy(), rec.n, rec.sum_ns, rec.probes_total,
                                     rec.empty_total) for r, rec in self.radii.items()}
 
     @property
     def samples(self) -> int:
+        self.drain()
         return self._samples
 
 
@@ -150,14 +180,34 @@ def sample_queries(live, n: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int = 0) -> float | None:
-    """Fit t0 on sampled radius-``radius`` searches and store it in ``tracker``."""
+def calibrate(live, tracker: CostTracker, n_queries: int, radius: int,
+              seed: int = 0) -> float | None:
+    """Fit t0 on sampled radius-``radius`` searches of the main table and store it.
+
+    Single-table indexes use ``index.costmodel.fit_paper_model`` (t0, R^2 and relative errors of
+    the cumulative model ``t0 * sum_{r<=R} C(Q, r)``); other modes fit t0 on the probes their
+    stats report (substring probes for multi-index hashing)."""
     import time
 
     xq = sample_queries(live, n_queries, seed)
-    st = live.state.main.range_search(xq, radius, stats=True)[3]
-    valid = np.arange(st.probes.shape[1])[None, :] < st.radii[:, None]
-    t0 = fit_t0(st.probes[valid], st.lookup_ns[valid])
-    tracker.set_calibration(t0, {"queries": n_queries, "max_distance": radius, "seed": seed,
-                                 "at": time.time()})
+    main = live.state.main
+    st = main.range_search(xq, radius, stats=True)[3]
+    info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time()}
+    try:
+        from index.costmodel import fit_paper_model
+    except ModuleNotFoundError:
+        fit_paper_model = None
+    if fit_paper_model is not None and getattr(main, "kind", "") == "hamming":
+        paper = fit_paper_model(st, live.bits, radius)
+        t0 = paper.t0_ns
+        info["paper_model"] = {"r2": _finite(paper.r2), "max_rel_error":
+                               _finite(paper.max_rel_error)}
+    else:
+        valid = np.arange(st.probes.shape[1])[None, :] < st.radii[:, None]
+        t0 = fit_t0(st.probes[valid], st.lookup_ns[valid])
+    tracker.set_calibration(t0, info)
     return t0
+
+
+def _finite(x):
+    return None if x is None or not math.isfinite(x) else float(x)

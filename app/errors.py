@@ -17,7 +17,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ProbeLimitError)
     async def probe_limit(request: Request, exc: ProbeLimitError):
         return _json(400, str(exc), probes=int(exc.probes), limit=int(exc.limit),
-                     radius=int(exc.radius), hint="use mode 'mih' or 'auto', or a smaller radius")
+                     radius=None if exc.radius is None else int(exc.radius),
+                     hint="use mode 'mih' or 'auto', or a smaller radius")
 
     @app.exception_handler(ModeUnavailableError)
     async def mode_unavailable(request: Request, exc: ModeUnavailableError):

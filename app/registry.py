@@ -72,6 +72,8 @@ class Registry:
 
     def load_all(self) -> None:
         import json
+        for trash in self.root.parent.glob(".deleted-*"):  # a delete interrupted by a crash
+            shutil.rmtree(trash, ignore_errors=True)
         for folder in sorted(self.root.iterdir()):
             if not folder.is_dir() or not _NAME_RE.match(folder.name):
                 continue
@@ -128,13 +130,14 @@ class Registry:
 
     def info(self, entry: Entry) -> dict:
         st = entry.live.state
-        table = getattr(st.main, "table", None)
-        sizes = table.bucket_sizes() if table is not None and st.main.ntotal else np.empty(0, int)
+        sizes = bucket_sizes(st.main)
         values, counts = np.unique(sizes, return_counts=True)
-        distinct = int(table.distinct_codes) if table is not None else 0
+        distinct = int(len(sizes))
         return {
             "name": entry.name, "bits": entry.bits, "mode": entry.mode,
-            "substrings": entry.substrings, "size": st.ntotal, "main_size": int(st.main.ntotal),
+            "substrings": getattr(st.main, "substrings", entry.substrings)
+            if entry.mode != "single" else None,
+            "size": st.ntotal, "main_size": int(st.main.ntotal),
             "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
             "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** entry.bits,
             "bucket_size_histogram": [{"size": int(v), "buckets": int(c)}
@@ -144,3 +147,15 @@ class Registry:
             "merges": entry.live.merges, "merging": entry.live.merging,
             "last_merge_error": entry.live.last_merge_error,
         }
+
+
+def bucket_sizes(main) -> np.ndarray:
+    """Items per distinct full code of the main table (its buckets in single mode)."""
+    if not main.ntotal:
+        return np.empty(0, dtype=np.int64)
+    table = getattr(main, "table", None)
+    if table is not None:
+        return np.asarray(table.bucket_sizes())
+    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
+    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
+    return np.diff(np.concatenate([[0], change, [len(words)]]))

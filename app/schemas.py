@@ -113,9 +113,11 @@ class LatencySummary(BaseModel):
 
 
 class RadiusCost(BaseModel):
-    radius: int
-    probes: int = Field(description="C(Q, r) buckets probed at this radius")
-    cumulative_probes: int = Field(description="sum_{i<=r} C(Q, i)")
+    radius: int = Field(description="radius (a radius step of multi-index hashing)")
+    probes: float = Field(description="mean buckets probed by one query at this radius, as "
+                          "measured (= C(Q, r) for a single table; substring buckets for mih)")
+    paper_probes: int = Field(description="C(Q, r): the single-table count of the RAMAP model")
+    cumulative_paper_probes: int = Field(description="sum_{i<=r} C(Q, i)")
     modeled_ns: float | None = Field(description="t0 * probes")
     measured: LatencySummary
 
@@ -123,7 +125,10 @@ class RadiusCost(BaseModel):
 class ExtendedModel(BaseModel):
     source: str
     terms: list[str]
-    coefficients_ns: list[float]
+    coef: dict[str, float] = Field(description="ns per unit of each term ('const' in ns)")
+    r2: float | None
+    rel_error: list[float | None]
+    max_rel_error: float | None
     samples: int
 
 
@@ -133,6 +138,7 @@ class CostModelOut(BaseModel):
     t0_ns: float | None = Field(description="cost of one probe, least squares through the origin")
     t0_source: str | None
     t0_samples: int
+    calibration: dict | None = Field(description="the last calibration run, if any")
     extended_model: ExtendedModel | None
     radii: list[RadiusCost]
 
@@ -182,3 +188,18 @@ class EvaluateIn(Strict):
     measure_queries: int = Field(32, ge=0, le=10_000, description="queries timed by the index "
                                  "to get the measured per-radius cost of RAMAP")
     conventions: ConventionsIn = Field(default_factory=ConventionsIn)
+
+
+class ErrorOut(BaseModel):
+    """Every 4xx answer: ``detail`` names the field, the value and what is allowed."""
+
+    model_config = ConfigDict(extra="allow")
+    detail: str | list | dict
+
+
+def error_responses(*codes: int) -> dict:
+    text = {400: "invalid value (the message names the field)", 401: "missing API key",
+            403: "wrong API key", 404: "unknown index", 409: "conflict (duplicate id or name, "
+            "read-only server)", 413: "body or batch too large", 415: "unsupported Content-Type",
+            503: "starting: indexes loading or kernels compiling (see /readyz)"}
+    return {code: {"model": ErrorOut, "description": text[code]} for code in codes}

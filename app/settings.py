@@ -23,6 +23,10 @@ class Settings(BaseSettings):
                              description="largest total number of ids one search may return")
     max_probes: int = Field(10_000_000, ge=1,
                             description="probe guard of single-table searches (per query)")
+    max_request_probes: int = Field(
+        500_000_000, ge=1, description="probe budget of one search request (all its queries)")
+    max_evaluate_pairs: int = Field(
+        2_000_000_000, ge=1, description="queries x database items of one evaluate request")
     merge_threshold: int = Field(50_000, ge=1,
                                  description="delta items or tombstones that trigger a merge")
     read_only: bool = Field(False, description="refuse writes (set for several workers)")

@@ -20,6 +20,7 @@ replay the segments ``> s`` in order up to their last valid record (a torn tail 
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -68,8 +69,7 @@ def mode_available(mode: str) -> bool:
         return True
     if mode == "auto":
         try:
-            import index.costmodel  # noqa: F401
-            import index.mih  # noqa: F401
+            import index.planner  # noqa: F401
         except ModuleNotFoundError:
             return False
         return True
@@ -87,27 +87,48 @@ def check_mode(mode: str, bits: int, substrings: int | None) -> None:
             raise ValueError(f"substrings must be in [1, bits={bits}], got {substrings}")
     if not mode_available(mode):
         raise ModeUnavailableError(
-            f"mode {mode!r} not available yet: its engine (index/mih.py"
-            f"{', index/costmodel.py' if mode == 'auto' else ''}) has not landed in this build; "
-            "allowed now: 'single'")
+            f"mode {mode!r} not available yet: its engine "
+            f"({'index/planner.py' if mode == 'auto' else 'index/mih.py'}) has not landed in "
+            "this build; allowed now: 'single'")
 
 
 def make_main_index(mode: str, bits: int, substrings: int | None, max_probes: int):
-    """An empty main index for ``mode``: the one place where mih/auto plug in."""
+    """An empty main index for ``mode``: the one place where the engines plug in."""
     check_mode(mode, bits, substrings)
     HammingIndex, _ = _engine()
     if mode == "single":
         return HammingIndex(bits, max_probes=max_probes)
-    raise ModeUnavailableError(f"mode {mode!r} is not wired into index.live yet")
+    if mode == "mih":
+        from index.mih import MultiIndex
+        return MultiIndex(bits, substrings=substrings, max_probes=max_probes)
+    from index.planner import AutoIndex
+    return AutoIndex(bits, substrings=substrings, max_probes=max_probes)
 
 
 def load_main_index(mode: str, path: Path, mmap: bool, max_probes: int):
     HammingIndex, _ = _engine()
     if mode == "single":
         idx = HammingIndex.load(path, mmap=mmap)
-        idx.max_probes = max_probes
-        return idx
-    raise ModeUnavailableError(f"mode {mode!r} is not wired into index.live yet")
+    elif mode == "mih":
+        from index.mih import MultiIndex
+        idx = MultiIndex.load(path, mmap=mmap)
+    else:
+        from index.planner import AutoIndex
+        idx = AutoIndex.load(path, mmap=mmap)
+    idx.max_probes = max_probes
+    return idx
+
+
+def with_probe_limit(main, limit: int | None):
+    """``main`` itself, or a shallow copy sharing its arrays with a lower ``max_probes``."""
+    if limit is None or limit >= main.max_probes:
+        return main
+    view = copy.copy(main)
+    for child in ("single", "mih"):  # the planner's engines: copy them too, never mutate shared
+        if hasattr(view, child):
+            setattr(view, child, copy.copy(getattr(view, child)))
+    view.max_probes = max(int(limit), 1)
+    return view
 
 
 def merge_sorted(nq: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
@@ -173,13 +194,18 @@ class LiveState:
         main_live = self.in_main(ids) & ~np.isin(ids, self.tombstones)
         return main_live | np.isin(ids, self.delta_ids)
 
-    def range_search(self, xq: np.ndarray, radius: int, stats: bool = False):
+    def range_search(self, xq: np.ndarray, radius: int, stats: bool = False,
+                     max_probes: int | None = None):
         """``lims, D, I, main_stats``: radius search over main minus tombstones plus delta."""
         nq = len(xq)
         parts = []
         st = None
+        if self.delta is None and not len(self.tombstones):  # fast path: the main table only
+            res = with_probe_limit(self.main, max_probes).range_search(xq, radius, stats=stats)
+            return (*res[:3], res[3] if stats else None)
         if stats or self.main.ntotal:
-            res = self.main.range_search(xq, radius, stats=stats)
+            main = with_probe_limit(self.main, max_probes)
+            res = main.range_search(xq, radius, stats=stats)
             lims, D, I = res[:3]
             st = res[3] if stats else None
             parts.append(_csr_parts(lims, D, I, self.tombstones))
@@ -189,7 +215,8 @@ class LiveState:
         lims, D, I = merge_sorted(nq, parts)
         return lims, D, I, st
 
-    def search(self, xq: np.ndarray, k: int, stats: bool = False):
+    def search(self, xq: np.ndarray, k: int, stats: bool = False,
+               max_probes: int | None = None):
         """``D, I, main_stats``: k nearest by (distance, id), padded with -1 (distance -1).
 
         The delta is scanned first; when it holds k items within distance ``b`` of a query, the
@@ -207,7 +234,7 @@ class LiveState:
             parts.append(_knn_parts(Dd, Id, None))
             if kd == k:
                 bound = Dd[:, k - 1].astype(np.int64)
-        main = self.main
+        main = with_probe_limit(self.main, max_probes)
         if main.ntotal:
             usable = bound >= 0
             for b in np.unique(bound[usable]):
@@ -311,6 +338,7 @@ class LiveIndex:
         self.last_merge_error: str | None = None
         self.recovered_torn_bytes = 0
         self._wal: WriteAheadLog | None = None
+        self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
         self._recover()
 
@@ -383,7 +411,9 @@ class LiveIndex:
         if len(ids):
             _, LinearScan = _engine()
             delta = LinearScan(self.bits)
-            delta.add(words, ids=ids)
+            # ids were validated when written (unique, not live); _rebuild only sets the arrays,
+            # where add() would re-check uniqueness at O(n log n) on every write
+            delta._rebuild(words, ids)
         return LiveState(self.bits, state.main, state.main_ids_sorted, delta, ids, words,
                          tomb, version)
 
@@ -399,6 +429,9 @@ class LiveIndex:
 
     # ----------------------------------------------------------------------------- writes
     def _check_writable(self) -> None:
+        if self._closed:
+            raise PermissionError(f"index {self.directory.name!r} is closed (deleted or "
+                                  "shutting down)")
         if self.read_only or self._wal is None:
             raise PermissionError("this index is open read-only (several workers share it); "
                                   "writes need a single-worker server")
@@ -547,6 +580,7 @@ class LiveIndex:
             thread.join(timeout)
 
     def close(self) -> None:
+        self._closed = True
         self.wait_for_merge()
         if self._wal is not None:
             self._wal.close()
@@ -560,14 +594,17 @@ class LiveIndex:
         if not 0 <= radius <= self.bits:
             raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
 
-    def range_search(self, xq, radius: int, stats: bool = False):
+    def range_search(self, xq, radius: int, stats: bool = False,
+                     max_probes: int | None = None):
+        """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
+        per-query probe guard for this call only."""
         self.check_radius(radius)
-        return self.state.range_search(as_words(xq, self.bits), radius, stats)
+        return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes)
 
-    def search(self, xq, k: int, stats: bool = False):
+    def search(self, xq, k: int, stats: bool = False, max_probes: int | None = None):
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        return self.state.search(as_words(xq, self.bits), k, stats)
+        return self.state.search(as_words(xq, self.bits), k, stats, max_probes)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -119,11 +119,16 @@ def load_arrays(path, mmap: bool = False, verify: bool = True):
 
 
 def save_index(path, index) -> None:
-    """Snapshot a :class:`~index.probe.HammingIndex` or :class:`~index.scan.LinearScan`."""
+    """Snapshot a :class:`~index.probe.HammingIndex`, :class:`~index.scan.LinearScan` or
+    :class:`~index.mih.MultiIndex` or :class:`~index.planner.AutoIndex` (kinds ``"mih"`` and
+    ``"auto"``: their ``snapshot()`` meta and arrays, loaded by ``from_snapshot``)."""
     meta = {"bits": index.bits, "ntotal": index.ntotal}
     if index.kind == "hamming":
         meta.update(max_probes=index.max_probes, direct=index.table.direct)
         arrays = index.table.arrays()
+    elif index.kind in ("mih", "auto"):
+        extra, arrays = index.snapshot()
+        meta.update(extra)
     else:
         arrays = {"words": index.words, "ids": index.ids}
     save_arrays(path, index.kind, meta, arrays)
@@ -141,6 +146,12 @@ def load_index(path, mmap: bool = False, expected_kind: str | None = None):
     if kind == "hamming":
         index = HammingIndex(meta["bits"], max_probes=meta["max_probes"])
         index.table = BucketTable.from_arrays(meta["bits"], arrays, meta["direct"])
+    elif kind == "mih":
+        from index.mih import MultiIndex
+        index = MultiIndex.from_snapshot(meta["bits"], meta, arrays)
+    elif kind == "auto":
+        from index.planner import AutoIndex
+        index = AutoIndex.from_snapshot(meta["bits"], meta, arrays)
     elif kind == "scan":
         index = LinearScan(meta["bits"])
         index.words, index.ids = arrays["words"], arrays["ids"]

@@ -36,7 +36,7 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 120.0) -> ServerProcess:
+    def start(self, timeout: float = 120.0, wait_for: str = "/readyz") -> ServerProcess:
         self.port = _free_port()
         env = {**os.environ, "BUCKETSEARCH_DATA_DIR": str(self.data_dir),
                "BUCKETSEARCH_CALIBRATION_QUERIES": "8", **self.env}
@@ -52,7 +52,7 @@ class ServerProcess:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: "
                                    f"{self.log_path.read_text()[-3000:]}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                if httpx.get(self.url + wait_for, timeout=1.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -93,11 +93,3 @@ def bucketsearch_server_factory(tmp_path):
     yield make
     for server in servers:
         server.kill()
-
-
-@pytest.fixture(scope="module")
-def bucketsearch_server(tmp_path_factory):
-    """One real server for a whole test module (default settings, fresh data directory)."""
-    server = ServerProcess(tmp_path_factory.mktemp("bucketsearch") / "data").start()
-    yield server
-    server.kill()

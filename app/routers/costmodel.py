@@ -5,11 +5,12 @@ import math
 
 from fastapi import APIRouter
 
-from app.costfit import EXTENDED_TERMS, calibrate
+from app.costfit import _finite, calibrate
 from app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
-from app.schemas import CalibrateIn, CostModelOut
+from app.schemas import CalibrateIn, CostModelOut, error_responses
 
-router = APIRouter(prefix="/v1/indexes", tags=["cost model"])
+router = APIRouter(prefix="/v1/indexes", tags=["cost model"],
+                   responses=error_responses(400, 401, 403, 404, 409, 413, 503))
 
 
 def cost_model_out(entry) -> dict:
@@ -18,23 +19,22 @@ def cost_model_out(entry) -> dict:
     ext = tracker.extended()
     records = tracker.snapshot()
     radii = []
-    cumulative = 0
     for r in sorted(records):
         rec = records[r]
-        probes = math.comb(entry.bits, r)
-        cumulative = sum(math.comb(entry.bits, i) for i in range(r + 1))
+        probes = rec.probes_total / rec.n if rec.n else 0.0  # mean probes of one query
         radii.append({
-            "radius": r, "probes": probes, "cumulative_probes": cumulative,
+            "radius": r, "probes": probes, "paper_probes": math.comb(entry.bits, r),
+            "cumulative_paper_probes": sum(math.comb(entry.bits, i) for i in range(r + 1)),
             "modeled_ns": t0 * probes if t0 is not None else None,
             "measured": {"count": rec.n, "p50_ns": rec.quantile(0.5),
                          "p90_ns": rec.quantile(0.9), "p99_ns": rec.quantile(0.99),
                          "mean_ns": rec.sum_ns / rec.n if rec.n else None}})
     return {
         "index": entry.name, "bits": entry.bits, "t0_ns": t0, "t0_source": source,
-        "t0_samples": tracker.samples,
+        "t0_samples": tracker.samples, "calibration": tracker.calibration,
         "extended_model": None if ext is None else {
-            "source": "app.costfit least squares (fallback until index.costmodel lands)",
-            "terms": list(EXTENDED_TERMS), "coefficients_ns": ext[0], "samples": ext[1]},
+            **ext, "r2": _finite(ext["r2"]), "max_rel_error": _finite(ext["max_rel_error"]),
+            "rel_error": [_finite(e) for e in ext["rel_error"]], "terms": list(ext["terms"])},
         "radii": radii,
     }
 
@@ -53,5 +53,10 @@ def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) ->
     """Run sampled queries (half codes of the index, half uniform random codes) at radius
     ``max_distance`` and refit t0 from their per-radius timings."""
     entry.live.check_radius(body.max_distance)
+    per_query = entry.live.state.main.probe_count(body.max_distance)
+    if body.queries * per_query > settings.max_request_probes:
+        raise ValueError(f"queries: {body.queries} x {per_query:,} probes exceeds "
+                         f"max_request_probes={settings.max_request_probes:,}; use fewer "
+                         "queries or a smaller max_distance")
     calibrate(entry.live, entry.cost, body.queries, body.max_distance, body.seed)
     return cost_model_out(entry)

@@ -8,9 +8,10 @@ from fastapi import APIRouter, HTTPException
 
 from app.deps import EntryDep, ReadAuth, SettingsDep
 from app.routers.indexes import parse_hex
-from app.schemas import EvaluateIn
+from app.schemas import EvaluateIn, error_responses
 
-router = APIRouter(prefix="/v1/indexes", tags=["evaluate"])
+router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
+                   responses=error_responses(400, 401, 403, 404, 413, 503))
 
 
 def live_items(state) -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +69,10 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
         db_ids, db_words = all_ids, all_words
     if len(db_ids) == 0:
         raise ValueError("db_ids: the evaluation database is empty (the index has no items)")
+    if nq * len(db_ids) > settings.max_evaluate_pairs:
+        raise ValueError(f"codes: {nq} queries x {len(db_ids)} database items = "
+                         f"{nq * len(db_ids):,} distances, more than max_evaluate_pairs="
+                         f"{settings.max_evaluate_pairs:,}; evaluate fewer queries per request")
     if body.relevant_ids is not None:
         if body.query_labels is not None or body.db_labels is not None:
             raise ValueError("relevant_ids: give either relevant_ids or query_labels + "
@@ -75,19 +80,12 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
         if len(body.relevant_ids) != nq:
             raise ValueError(f"relevant_ids: {len(body.relevant_ids)} lists for {nq} queries")
         pairs = []
+        row_of = {int(i): j for j, i in enumerate(db_ids.tolist())}
         for q, ids in enumerate(body.relevant_ids):
-            ids = np.asarray(ids, dtype=np.int64)
-            pos = np.searchsorted(db_ids, ids) if body.db_ids is None else None
-            if body.db_ids is not None:
-                lookup = {int(i): j for j, i in enumerate(db_ids)}
-                missing = [int(i) for i in ids if int(i) not in lookup]
-                pos = np.array([lookup.get(int(i), -1) for i in ids], dtype=np.int64)
-            else:
-                inside = (pos < len(db_ids)) & (db_ids[np.minimum(pos, len(db_ids) - 1)] == ids)
-                missing = ids[~inside].tolist()
+            missing = [i for i in ids if i not in row_of]
             if missing:
                 raise ValueError(f"relevant_ids[{q}]: id {missing[0]} is not in the database")
-            pairs.extend((q, int(p)) for p in pos)
+            pairs.extend((q, row_of[i]) for i in ids)
         relevance = rel.from_pairs(np.array(pairs, dtype=np.int64).reshape(-1, 2), nq,
                                    len(db_ids))
     else:
@@ -109,15 +107,21 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
         raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {radius_max}")
     measured = None
     measured_info = None
-    if body.measure_queries and main.probe_count(radius_max) <= main.max_probes:
-        sample = xq[:body.measure_queries]
+    per_query = main.probe_count(radius_max)
+    n_measure = min(body.measure_queries, settings.max_request_probes // max(per_query, 1))
+    if n_measure and per_query <= main.max_probes:
+        sample = xq[:n_measure]
         st = main.range_search(sample, radius_max, stats=True)[3]
         entry.cost.observe(st)
         per_radius = st.lookup_ns[:, :radius_max + 1].mean(axis=0)
         per_radius = np.maximum(per_radius, 1.0)  # a clock tick below 1 ns reads as 0
         measured = np.cumsum(per_radius)
+        # RAMAP's kernel wants a cost for every radius 0..Q; radii above radius_max are not
+        # reported, so they get the last measured value (it does not enter any reported number)
+        measured = np.concatenate([measured, np.full(entry.bits - radius_max,
+                                                     measured[-1])])
         measured_info = {"queries": int(len(sample)), "lookup_ns_per_radius":
-                         per_radius.tolist(), "cumulative_ns": measured.tolist()}
+                         per_radius.tolist(), "cumulative_ns": measured[:radius_max + 1].tolist()}
     conv = Conventions(**body.conventions.model_dump())
     result = run_evaluate(db_words, xq, relevance, bits=entry.bits, radius_max=radius_max,
                           ks=tuple(body.ks), graded=body.graded, conventions=conv,
@@ -126,6 +130,7 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
     if measured_info is None:
         result["measured_cost_note"] = (
             f"not measured: radius_max={radius_max} probes {main.probe_count(radius_max):,} "
-            f"buckets per query, above the probe guard {main.max_probes:,}"
+            f"buckets per query, above the probe guard {main.max_probes:,} or the request budget "
+            f"max_request_probes={settings.max_request_probes:,}"
             if body.measure_queries else "not measured: measure_queries=0")
     return result

@@ -5,19 +5,19 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.schemas import Health
+from app.schemas import Health, error_responses
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], responses=error_responses(413))
 
 
 @router.get("/healthz", response_model=Health)
-def healthz() -> Health:
+async def healthz() -> Health:
     """The process is up (says nothing about the indexes)."""
     return Health(status="ok")
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
-def readyz(request: Request):
+async def readyz(request: Request):
     """200 once every index is loaded and every search path compiled by a warm-up query."""
     state = request.app.state
     if not getattr(state, "ready", False):

@@ -9,10 +9,12 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from app.deps import BodyBytes, EntryDep, ReadAuth, RegistryDep, SettingsDep, WriteAuth
-from app.schemas import MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn, WriteOut
+from app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
+                         WriteOut, error_responses)
 from index.codes import n_bytes, pack_bytes, pack_hex
 
-router = APIRouter(prefix="/v1/indexes", tags=["indexes"])
+router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
+                   responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
 
 RAW_LAYOUT = """\
 Two bodies are accepted (pick with Content-Type):
@@ -110,10 +112,7 @@ def parse_hex(codes: list[str], bits: int, field: str = "codes") -> np.ndarray:
 
 
 @router.post("/{name}/items", response_model=WriteOut, dependencies=[WriteAuth],
-             openapi_extra=ITEMS_BODY, description=RAW_LAYOUT,
-             responses={409: {"description": "duplicate id"},
-                        413: {"description": "body or batch too large"},
-                        415: {"description": "unsupported Content-Type"}})
+             openapi_extra=ITEMS_BODY, description=RAW_LAYOUT)
 def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
               first_id: Annotated[int | None, Query(
                   ge=0, le=MAX_ID, description="octet-stream only: ids are first_id, "
@@ -129,8 +128,10 @@ def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: Sett
         try:
             items = ItemsIn.model_validate_json(body or b"null")
         except ValidationError as exc:
-            raise RequestValidationError(exc.errors(include_url=False, include_context=False),
-                                         body=None) from None
+            errors = exc.errors(include_url=False, include_context=False)
+            for err in errors:
+                err["loc"] = ("body", *err["loc"])
+            raise RequestValidationError(errors, body=None) from None
         _check_batch(len(items.codes), settings, "codes")
         if len(items.ids) != len(items.codes):
             raise ValueError(f"ids: {len(items.ids)} ids for {len(items.codes)} codes "

@@ -1,0 +1,184 @@
+"""LiveIndex (main snapshot + delta + tombstones + WAL) against the brute-force twin."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import naive
+from index.codes import pack_bits
+from index.live import DuplicateIdError, LiveIndex, ModeUnavailableError, check_mode
+
+
+def _clustered(rng, n, bits, n_centers=8, flips=3):
+    centers = rng.integers(0, 2, size=(n_centers, bits), dtype=np.uint8)
+    rows = centers[rng.integers(0, n_centers, size=n)].copy()
+    for row in rows:
+        row[rng.choice(bits, size=int(rng.integers(0, flips + 1)), replace=False)] ^= 1
+    return pack_bits(rows)
+
+
+class Model:
+    """What the live index should contain: a dict id -> words row."""
+
+    def __init__(self, w):
+        self.items, self.w = {}, w
+
+    def arrays(self):
+        ids = np.array(sorted(self.items), dtype=np.int64)
+        words = np.array([self.items[i] for i in ids], dtype=np.uint64).reshape(-1, self.w)
+        return ids, words
+
+
+def _check(live, model, xq, bits, radius, k=None):
+    ids, words = model.arrays()
+    assert live.ntotal == len(ids)
+    lims, D, I, _ = live.range_search(xq, radius)
+    rl, rd, ri = naive.range_search(xq, words, ids, bits, radius)
+    assert np.array_equal(lims, rl) and np.array_equal(I, ri) and np.array_equal(D, rd)
+    if k is not None:
+        D, I, _ = live.search(xq, k)
+        nd, ni = naive.knn(xq, words, ids, bits, k)
+        assert np.array_equal(I, ni) and np.array_equal(D, nd)
+
+
+@pytest.mark.parametrize("bits", [20, 70])
+def test_random_ops_with_merges_and_reopen(tmp_path, bits):
+    rng = np.random.default_rng(bits)
+    pool = _clustered(rng, 600, bits)
+    xq = _clustered(rng, 12, bits)
+    kw = dict(merge_threshold=10**9, background_merge=False, max_probes=2**22)
+    live = LiveIndex(tmp_path, bits, **kw)
+    model = Model(pool.shape[1])
+    next_id = 0
+    k = 5 if bits == 20 else None  # k-NN only where every radius fits the probe guard
+    for step in range(30):
+        action = rng.random()
+        if action < 0.55:
+            n = int(rng.integers(1, 40))
+            ids = np.arange(next_id, next_id + n)
+            next_id += n
+            rows = pool[rng.integers(0, len(pool), size=n)]
+            live.add(rows, ids)
+            model.items.update({int(i): r for i, r in zip(ids, rows)})
+        elif action < 0.8 and model.items:
+            victims = rng.choice(sorted(model.items), size=min(8, len(model.items)),
+                                 replace=False)
+            victims = np.append(victims, 10**9)  # unknown ids are ignored
+            assert live.delete(victims) == len(victims) - 1
+            for v in victims[:-1]:
+                del model.items[int(v)]
+        elif action < 0.9:
+            live.merge()
+        else:
+            live.close()
+            live = LiveIndex(tmp_path, bits, **kw)
+        _check(live, model, xq, bits, 3, k)
+    live.merge()
+    live.close()
+    live = LiveIndex(tmp_path, bits, **kw)
+    _check(live, model, xq, bits, 3, k)
+    assert live.state.main.ntotal == len(model.items) and len(live.state.delta_ids) == 0
+
+
+def test_reinsert_after_delete_and_duplicates(tmp_path):
+    live = LiveIndex(tmp_path, 16, background_merge=False)
+    live.add(np.array([[1], [2]], dtype=np.uint64), [10, 11])
+    live.merge()
+    with pytest.raises(DuplicateIdError, match="id 10 already exists"):
+        live.add(np.array([[5]], dtype=np.uint64), [10])
+    with pytest.raises(ValueError, match="id 3 appears more than once"):
+        live.add(np.array([[5], [6]], dtype=np.uint64), [3, 3])
+    assert live.delete([10]) == 1  # tombstone in main
+    live.add(np.array([[7]], dtype=np.uint64), [10])  # same id again, new code, in the delta
+    lims, D, I, _ = live.range_search(np.array([[7], [1]], dtype=np.uint64), 0)
+    assert I.tolist() == [10] and lims.tolist() == [0, 1, 1]
+    assert live.delete([10]) == 1 and live.ntotal == 1
+    live.close()
+    live = LiveIndex(tmp_path, 16, background_merge=False)
+    assert live.ntotal == 1 and live.range_search(np.array([[2]], dtype=np.uint64), 0)[2] \
+        .tolist() == [11]
+
+
+def test_crash_between_snapshot_and_cleanup(tmp_path):
+    """A snapshot renamed into place while older WAL segments still exist replays correctly."""
+    live = LiveIndex(tmp_path, 32, background_merge=False)
+    live.add(np.arange(10, dtype=np.uint64)[:, None], np.arange(10))
+    live._cleanup = lambda through: None  # simulate a crash right after the snapshot rename
+    live.merge()
+    live.add(np.arange(10, 15, dtype=np.uint64)[:, None], np.arange(10, 15))
+    live.delete([0])
+    live._wal.close()  # no close(): the process "dies"
+    (tmp_path / "snap-00000099.tmp").mkdir()  # an unfinished later snapshot is ignored
+    again = LiveIndex(tmp_path, 32, background_merge=False)
+    xq = np.arange(20, dtype=np.uint64)[:, None]
+    assert sorted(again.range_search(xq, 0)[2].tolist()) == list(range(1, 15))
+
+
+def test_torn_tail_recovers(tmp_path):
+    live = LiveIndex(tmp_path, 64, background_merge=False)
+    for i in range(5):
+        live.add(np.array([[i]], dtype=np.uint64), [i])
+    live.close()
+    seg = sorted(tmp_path.glob("wal-*.log"))[-1]
+    seg.write_bytes(seg.read_bytes()[:-7])  # tear the last record
+    again = LiveIndex(tmp_path, 64, background_merge=False)
+    assert again.recovered_torn_bytes > 0 and again.ntotal == 4
+    again.add(np.array([[9]], dtype=np.uint64), [9])  # appends on a clean boundary
+    again.close()
+    assert LiveIndex(tmp_path, 64, background_merge=False).ntotal == 5
+
+
+def test_readers_see_consistent_states_during_writes_and_background_merge(tmp_path):
+    bits = 32
+    rng = np.random.default_rng(5)
+    batches = [_clustered(rng, 50, bits) for _ in range(40)]
+    xq = _clustered(rng, 6, bits)
+    live = LiveIndex(tmp_path, bits, merge_threshold=300)  # background merges kick in
+    acked = [0]
+    # expected range-search ids after each prefix of batches
+    prefix_words = np.concatenate(batches)
+    expected = []
+    for j in range(len(batches) + 1):
+        ids = np.arange(50 * j)
+        expected.append(naive.range_search(xq, prefix_words[:50 * j], ids, bits, 2)[2].tolist()
+                        if j else [])
+    errors, checked = [], [0]
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            lo = acked[0]
+            got = live.range_search(xq, 2)[2].tolist()
+            hi = acked[0] + 1
+            if not any(got == expected[j] for j in range(lo, min(hi, len(batches)) + 1)):
+                errors.append((lo, hi))
+            checked[0] += 1
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for j, batch in enumerate(batches):
+        live.add(batch, np.arange(50 * j, 50 * j + 50))
+        acked[0] = j + 1
+    live.wait_for_merge()
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors and checked[0] > 0
+    assert live.merges >= 1 and live.last_merge_error is None
+    assert live.range_search(xq, 2)[2].tolist() == expected[-1]
+
+
+def test_modes():
+    check_mode("single", 64, None)
+    with pytest.raises(ValueError, match="substrings applies to mode 'mih'"):
+        check_mode("single", 64, 4)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        check_mode("lsh", 64, None)
+    try:
+        import index.mih  # noqa: F401
+    except ModuleNotFoundError:
+        with pytest.raises(ModeUnavailableError, match="not available yet"):
+            check_mode("mih", 64, 4)
