@@ -125,6 +125,17 @@ def from_csr(indptr, indices, data, n_queries: int, n_db: int) -> Relevance:
                          f"min {indices.min()}, max {indices.max()}")
     if len(data) and not np.all(data > 0):
         raise ValueError(f"relevance gains must be > 0 in the sparse form, got {data.min()}")
+    if len(indices) != len(data) or indptr[0] != 0 or indptr[-1] != len(indices) \
+            or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"CSR arrays disagree: indptr must rise from 0 to len(indices) = "
+                         f"{len(indices)}, and data must have the same length "
+                         f"(got {len(data)})")
+    # sort each row by db index (the kernel walks a row as it scans the database in order)
+    rows = np.repeat(np.arange(n_queries), np.diff(indptr))
+    order = np.lexsort((indices, rows))
+    indices, data = indices[order], data[order]
+    if len(indices) > 1 and np.any((np.diff(indices) == 0) & (np.diff(rows[order]) == 0)):
+        raise ValueError("CSR rows hold a db index twice (merge duplicate pairs first)")
     ints = bool(len(data) == 0 or np.all(data == np.round(data)))
     level = int(data.max()) if ints and len(data) else (0 if not ints else 1)
     return Relevance("csr", int(n_queries), int(n_db), _EMPTY_I, _EMPTY_I, indptr, indices, data,

@@ -51,7 +51,8 @@ def precision_recall_radius(D, G, r, empty_precision=0.0):
 def micro_precision_recall(D, G, r, empty_precision=0.0):
     n = (D <= r).sum()
     tp = ((D <= r) & (G > 0)).sum()
-    return (tp / n if n else empty_precision), tp / (G > 0).sum()
+    total = (G > 0).sum()
+    return (tp / n if n else empty_precision), (tp / total if total else np.nan)
 
 
 def raap(precisions, bits):
@@ -104,11 +105,12 @@ def ranked_metrics(order, g, k, total_rel, ideal):
             ap += hits / (pos + 1)
             wap += cum_gain / (pos + 1)
         dcg += (2.0 ** gi - 1) / math.log2(pos + 2)
-        
     idcg = sum((2.0 ** v - 1) / math.log2(i + 2) for i, v in enumerate(ideal[:kc]))
     return dict(ap_all=ap / total_rel if total_rel else 0.0, ap_topk=ap / hits if hits else 0.0,
                 relk=hits, ndcg=dcg / idcg if idcg > 0 else 0.0,
-                wap=wap / hits if hits else 0.0, precision=hits / kc)
+                wap=wap / hits if hits else 0.0, precision=hits / kc,
+                recall=hits / total_rel if total_rel else 0.0,
+                f1=2 * hits / (kc + total_rel) if total_rel else 0.0, acg=cum_gain / kc)
 
 
 def as_ranked(D, G, q, k):
@@ -145,3 +147,35 @@ def tie_average(D, G, q, k):
             acc[key] += val
         n += 1
     return {key: val / n for key, val in acc.items()}
+
+
+def tie_aware_ap_all(D, G, q):
+    """Tie-aware AP over the whole ranking by the literal per-position formula of McSherry &
+    Najork: position j of a tie group (t items, r relevant, N items and R relevant before) holds
+    a relevant item with probability r/t, preceded in its group by (j-1)(r-1)/(t-1) relevant
+    items in expectation. O(nb) loop, no closed-form harmonic sums."""
+    rel = G[q] > 0
+    total = rel.sum()
+    if total == 0:
+        return 0.0
+    n0 = r0 = 0
+    s = 0.0
+    for d in sorted(set(D[q].tolist())):
+        members = D[q] == d
+        t = int(members.sum())
+        r = int((members & rel).sum())
+        for j in range(1, t + 1):
+            inside = (j - 1) * (r - 1) / (t - 1) if t > 1 else 0.0
+            s += r / t * (r0 + 1 + inside) / (n0 + j)
+        n0 += t
+        r0 += r
+    return s / total
+
+
+def ramap_naive(D, G, bits, r_max, empty_precision=0.0):
+    out = []
+    for q in range(D.shape[0]):
+        precs = [precision_recall_radius(D[q:q + 1], G[q:q + 1], r, empty_precision)[0][0]
+                 for r in range(r_max + 1)]
+        out.append(raap(precs, bits))
+    return np.array(out)

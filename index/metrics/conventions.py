@@ -59,7 +59,8 @@ class Conventions:
 DEFAULT = Conventions()
 
 
-def apply_no_relevant(values: np.ndarray, has_relevant: np.ndarray, conv: Conventions) -> np.ndarray:
+def apply_no_relevant(values: np.ndarray, has_relevant: np.ndarray,
+                      conv: Conventions) -> np.ndarray:
     """Per-query values (first axis = queries) with excluded queries set to NaN under
     ``no_relevant="exclude"``; under ``"zero"`` values of queries with no relevant item are 0."""
     out = np.array(values, dtype=np.float64, copy=True)

@@ -18,9 +18,11 @@ the same distance; after the pass, its rank is ``#items at smaller distance + th
 kernel reduces these to per-query sums (AP numerators, relevant in the top k, DCG@k, the
 weighted-AP numerator) without sorting anything.
 
-A second kernel (:func:`code_histograms`) runs over the *distinct* database codes with their
-multiplicities, giving per distance the number of distinct occupied codes and the largest bucket:
-what mLGAP and the empty-bucket statistics need.
+With ``code_stats`` the same pass also gives, per distance, the number of distinct occupied
+database codes and the largest bucket (what mLGAP and the empty-bucket statistics need): each
+item carries the size of its bucket if it is the first item of that code, else 0
+(:func:`first_of_code`). :func:`code_histograms` computes the same from the distinct codes
+alone (a separate pass; a cross-check).
 """
 from __future__ import annotations
 
@@ -35,60 +37,80 @@ from index._jit import njit, pjit, popcount64
 from index.codes import as_words
 from index.relevance import Relevance
 
-#: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k, weighted-AP numerator
+#: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k,
+#: weighted-AP numerator
 RANKED_FIELDS = 4
 
 
 @njit
-def _histogram_query(q, xq, xb, mode, qlab, blab, indptr, indices, data, graded, count, nrel,
-                     gsum, gexp, levels, want_ranked, ks, ranked, buf_d, buf_p, buf_rp, buf_gp,
-                     buf_g, cum_c, cum_r, cum_g):
-    nb = xb.shape[0]
+def _histogram_range(q, i0, i1, nbuf, ptr, off, xq, xb, mode, qlab, blab, indptr, indices, data,
+                     graded,
+                     count, nrel, gsum, gexp, levels, want_ranked, buf_d, buf_p, buf_rp, buf_gp,
+                     buf_g, want_codes, first_size, ncodes, maxb):
+    """Items i0..i1-1 (db index order) for query q. ``nbuf``/``ptr`` carry the query's
+    as-ranked buffer fill and CSR cursor from one chunk to the next; returns them updated.
+    One loop with the relevance mode as a branch, no calls inside it (a call with array
+    arguments costs reference counting per item)."""
     n_w = xb.shape[1]
-    lw = qlab.shape[1] if mode == 1 else 0
-    ptr = indptr[q] if mode == 2 else 0
-    end = indptr[q + 1] if mode == 2 else 0
-    nbuf = 0
     n_levels = levels.shape[1]
-    for i in range(nb):
+    lw = qlab.shape[1] if mode == 1 else 0
+    row_end = indptr[q + 1] if mode == 2 else 0
+    lab = qlab[q, 0]
+    for i in range(i0, i1):
         if n_w == 1:
             d = popcount64(xq[q, 0] ^ xb[i, 0])
         else:
             d = 0
             for w in range(n_w):
                 d += popcount64(xq[q, w] ^ xb[i, w])
+        if want_codes:
+            # singletons (size 1, the common case) need nothing here: afterwards
+            # distinct codes = items - repeats, largest bucket >= 1 wherever there are items
+            size = first_size[i]
+            if size != 1:
+                if size == 0:
+                    ncodes[q, d] += 1  # a repeat of a code seen earlier (counted once there)
+                elif size > maxb[q, d]:
+                    maxb[q, d] = size
         g = 0.0
         if mode == 0:
-            if qlab[q, 0] == blab[i, 0]:
+            if blab[i, 0] == lab:
                 g = 1.0
         elif mode == 1:
             s = 0
             for w in range(lw):
-                s += popcount64(qlab[q, w] & blab[i, w])
+                s += popcount64(np.uint64(qlab[q, w]) & np.uint64(blab[i, w]))
             if s > 0:
                 g = float(s) if graded else 1.0
         else:
-            while ptr < end and indices[ptr] < i:
+            # ptr walks the query's sorted CSR row as i increases
+            while ptr < row_end and indices[ptr] < i:
                 ptr += 1
-            if ptr < end and indices[ptr] == i:
+            if ptr < row_end and indices[ptr] == i:
                 g = data[ptr] if graded else 1.0
         if g > 0.0:
             if want_ranked:
-                buf_d[nbuf] = d
-                buf_p[nbuf] = count[q, d]
-                buf_rp[nbuf] = nrel[q, d]
-                buf_gp[nbuf] = gsum[q, d]
-                buf_g[nbuf] = g
+                j = off + nbuf
+                buf_d[j] = d
+                buf_p[j] = count[q, d]
+                buf_rp[j] = nrel[q, d]
+                if graded:  # binary gains: the gain before is buf_rp, the gain is 1
+                    buf_gp[j] = gsum[q, d]
+                    buf_g[j] = g
                 nbuf += 1
             nrel[q, d] += 1
             gsum[q, d] += g
-            gexp[q, d] += 2.0 ** g - 1.0
+            gexp[q, d] += 1.0 if g == 1.0 else 2.0 ** g - 1.0
             if mode != 2 and n_levels > 1:
                 levels[q, int(g)] += 1
         count[q, d] += 1
-    if not want_ranked:
-        return
-    # exclusive prefix sums over distance
+    return nbuf, ptr
+
+
+@njit
+def _finish_ranked(q, off, nbuf, count, nrel, gsum, ks, ranked, buf_d, buf_p, buf_rp, buf_gp,
+                   buf_g, cum_c, cum_r, cum_g, graded):
+    """Per-query as-ranked sums from the buffered relevant items (rank in (distance, index))."""
     n_d = count.shape[1]
     c = 0
     r = 0
@@ -101,44 +123,76 @@ def _histogram_query(q, xq, xb, mode, qlab, blab, indptr, indices, data, graded,
         r += nrel[q, d]
         gg += gsum[q, d]
     nk = ks.shape[0]
+    kmax = 0
+    for kk in range(nk):
+        kmax = max(kmax, ks[kk])
     ap_all = 0.0
-    for j in range(nbuf):
+    for jj in range(nbuf):
+        j = off + jj
         d = buf_d[j]
         rank = cum_c[d] + buf_p[j] + 1
         relc = cum_r[d] + buf_rp[j] + 1
-        g = buf_g[j]
+        g = buf_g[j] if graded else 1.0
         prec = relc / rank
         ap_all += prec
+        if rank > kmax:
+            continue
         for kk in range(nk):
             if rank <= ks[kk]:
                 base = 1 + RANKED_FIELDS * kk
                 ranked[q, base] += prec
                 ranked[q, base + 1] += 1.0
                 ranked[q, base + 2] += (2.0 ** g - 1.0) / math.log2(rank + 1.0)
-                ranked[q, base + 3] += (cum_g[d] + buf_gp[j] + g) / rank
+                gp = buf_gp[j] if graded else float(buf_rp[j])
+                ranked[q, base + 3] += (cum_g[d] + gp + g) / rank
     ranked[q, 0] = ap_all
 
 
 @pjit
 def _histogram_batch(xq, xb, mode, qlab, blab, indptr, indices, data, graded, count, nrel, gsum,
-                     gexp, levels, want_ranked, ks, ranked, n_threads):
-    nq = xq.shape[0]
+                     gexp, levels, want_ranked, ks, ranked, n_threads, want_codes, first_size,
+                     ncodes, maxb, blocks, caps, buf_size, chunk):
+    """Parallel over query blocks: thread t takes blocks t, t + n_threads, ...; a block of
+    queries walks the database chunk by chunk, so each chunk is read from memory once per
+    block instead of once per query."""
     nb = xb.shape[0]
     n_d = count.shape[1]
-    size = nb if want_ranked else 1
+    n_blocks = blocks.shape[0] - 1
     for t in prange(n_threads):
-        buf_d = np.empty(size, dtype=np.int64)
-        buf_p = np.empty(size, dtype=np.int64)
-        buf_rp = np.empty(size, dtype=np.int64)
-        buf_gp = np.empty(size, dtype=np.float64)
-        buf_g = np.empty(size, dtype=np.float64)
+        buf_d = np.empty(buf_size, dtype=np.int32)
+        buf_p = np.empty(buf_size, dtype=np.int32)
+        buf_rp = np.empty(buf_size, dtype=np.int32)
+        buf_gp = np.empty(buf_size if graded else 1, dtype=np.float64)
+        buf_g = np.empty(buf_size if graded else 1, dtype=np.float64)
         cum_c = np.empty(n_d, dtype=np.int64)
         cum_r = np.empty(n_d, dtype=np.int64)
         cum_g = np.empty(n_d, dtype=np.float64)
-        for q in range(t, nq, n_threads):
-            _histogram_query(q, xq, xb, mode, qlab, blab, indptr, indices, data, graded, count,
-                             nrel, gsum, gexp, levels, want_ranked, ks, ranked, buf_d, buf_p,
-                             buf_rp, buf_gp, buf_g, cum_c, cum_r, cum_g)
+        max_b = 1
+        for b in range(n_blocks):
+            max_b = max(max_b, blocks[b + 1] - blocks[b])
+        nbufs = np.zeros(max_b, dtype=np.int64)
+        ptrs = np.zeros(max_b, dtype=np.int64)
+        offs = np.zeros(max_b + 1, dtype=np.int64)
+        for b in range(t, n_blocks, n_threads):
+            q0 = blocks[b]
+            nqb = blocks[b + 1] - q0
+            for j in range(nqb):
+                nbufs[j] = 0
+                ptrs[j] = indptr[q0 + j] if mode == 2 else 0
+                offs[j + 1] = offs[j] + caps[q0 + j]
+            for i0 in range(0, nb, chunk):
+                i1 = min(nb, i0 + chunk)
+                for j in range(nqb):
+                    nbufs[j], ptrs[j] = _histogram_range(
+                        q0 + j, i0, i1, nbufs[j], ptrs[j], offs[j], xq, xb, mode, qlab, blab,
+                        indptr, indices, data, graded, count, nrel, gsum, gexp, levels, want_ranked,
+                        buf_d, buf_p, buf_rp, buf_gp, buf_g, want_codes, first_size, ncodes,
+                        maxb)
+            if want_ranked:
+                for j in range(nqb):
+                    _finish_ranked(q0 + j, offs[j], nbufs[j], count, nrel, gsum, ks, ranked,
+                                   buf_d, buf_p, buf_rp, buf_gp, buf_g, cum_c, cum_r, cum_g,
+                                   graded)
 
 
 @njit
@@ -249,7 +303,8 @@ def _check_ks(ks) -> np.ndarray:
     return arr
 
 
-def prepare_codes(db_codes, query_codes, bits: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+def prepare_codes(db_codes, query_codes,
+                  bits: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Both code sets as uint64 words, checking they have the same number of bits."""
     if bits is None:
         qb = np.asarray(db_codes).shape[-1] if not isinstance(db_codes, np.ndarray) or \
@@ -305,15 +360,27 @@ def hamming_histograms(db_codes, query_codes, relevance: Relevance, *, bits: int
         qlab = np.ascontiguousarray(qlab, dtype=np.uint64)
         blab = np.ascontiguousarray(blab, dtype=np.uint64)
     else:
-        # class ids as uint64 too, so one kernel signature serves both label modes
-        qlab = np.ascontiguousarray(qlab.astype(np.int64).view(np.uint64))
-        blab = np.ascontiguousarray(blab.astype(np.int64).view(np.uint64))
+        # class ids: the narrowest integer type that holds them (less memory traffic)
+        lo = min(qlab.min(initial=0), blab.min(initial=0))
+        hi = max(qlab.max(initial=0), blab.max(initial=0))
+        dtype = np.int16 if -2**15 <= lo and hi < 2**15 else \
+            np.int32 if -2**31 <= lo and hi < 2**31 else np.int64
+        qlab = np.ascontiguousarray(qlab, dtype=dtype)
+        blab = np.ascontiguousarray(blab, dtype=dtype)
     ranked = np.zeros((nq, 1 + RANKED_FIELDS * len(ks)))
     threads = int(n_threads or numba.get_num_threads())
+    ncodes = np.zeros((nq, n_d), dtype=np.int64)
+    maxb = np.zeros((nq, n_d), dtype=np.int64)
+    first_size = first_of_code(xb) if code_stats else np.zeros(1, dtype=np.int32)
     if nq and nb:
+        caps = _buffer_capacities(relevance, qlab, blab) if as_ranked \
+            else np.zeros(nq, dtype=np.int64)
+        blocks, buf_size = _query_blocks(caps, nb)
         _histogram_batch(xq, xb, mode, qlab, blab, relevance.indptr, relevance.indices,
                          relevance.data, bool(graded), count, nrel, gsum, gexp, levels,
-                         bool(as_ranked), ks, ranked, max(1, min(threads, nq)))
+                         bool(as_ranked), ks, ranked, max(1, min(threads, len(blocks) - 1)),
+                         bool(code_stats), first_size, ncodes, maxb, blocks, caps, buf_size,
+                         CHUNK)
     disc = _discount_table(int(min(ks.max(), nb)) if ks.size else 0)
     kcap = np.minimum(ks, nb)
     if mode == 2:
@@ -323,8 +390,59 @@ def hamming_histograms(db_codes, query_codes, relevance: Relevance, *, bits: int
     hist = Histograms(bits, nb, bool(graded), count, nrel, gsum, gexp, ks, idcg,
                       ranked if as_ranked else None)
     if code_stats:
-        hist.code_count, hist.code_max = code_histograms(xb, xq, bits)
+        hist.code_count = count - ncodes
+        hist.code_max = np.maximum(maxb, (count > 0).astype(np.int64))
     return hist
+
+
+#: db items per chunk (a chunk of codes, labels and bucket sizes stays in L2 for a query block)
+CHUNK = 4096
+#: queries per block, and the as-ranked buffer entries a block may hold
+BLOCK_QUERIES = 16
+BLOCK_BUFFER = 1 << 21
+
+
+def _buffer_capacities(rel: Relevance, qlab: np.ndarray, blab: np.ndarray) -> np.ndarray:
+    """Upper bound of each query's relevant items (the size of its as-ranked buffer)."""
+    nq = rel.n_queries
+    if rel.mode == "class":
+        classes, counts = np.unique(blab[:, 0], return_counts=True)
+        pos = np.searchsorted(classes, qlab[:, 0])
+        pos = np.minimum(pos, len(classes) - 1)
+        return np.where(classes[pos] == qlab[:, 0], counts[pos], 0).astype(np.int64)
+    if rel.mode == "csr":
+        return np.diff(rel.indptr).astype(np.int64)
+    return np.full(nq, rel.n_db, dtype=np.int64)
+
+
+def _query_blocks(caps: np.ndarray, nb: int) -> tuple[np.ndarray, int]:
+    """Consecutive query blocks of at most BLOCK_QUERIES queries whose buffers fit in
+    max(BLOCK_BUFFER, nb) entries; returns the block boundaries and the largest block buffer."""
+    budget = max(BLOCK_BUFFER, nb)
+    bounds = [0]
+    total = 0
+    largest = 1
+    for q, c in enumerate(caps.tolist()):
+        if q > bounds[-1] and (q - bounds[-1] >= BLOCK_QUERIES or total + c > budget):
+            bounds.append(q)
+            total = 0
+        total += c
+        largest = max(largest, total)
+    bounds.append(len(caps))
+    return np.array(bounds, dtype=np.int64), int(largest)
+
+
+def first_of_code(xb: np.ndarray) -> np.ndarray:
+    """Per db item: the number of items sharing its code if it is the first (lowest index) of
+    them, else 0. Lets the histogram pass count distinct codes and the largest bucket per
+    distance without a second pass."""
+    if xb.shape[1] == 1:
+        _, first, counts = np.unique(xb[:, 0], return_index=True, return_counts=True)
+    else:
+        _, first, counts = np.unique(xb, axis=0, return_index=True, return_counts=True)
+    out = np.zeros(len(xb), dtype=np.int32)
+    out[first] = counts
+    return out
 
 
 def distinct_codes(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

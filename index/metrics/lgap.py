@@ -9,9 +9,10 @@ drops towards ``1 / #codes`` when one bucket holds nearly everything. Convention
 empty ball is 1 (its precision is ``empty_precision``, 0 by default, so the term is 0).
 ``mLGAP@r`` is the mean of ``LGAP(q, r)`` over queries.
 
-Needs per-code counts in the ball: :func:`index.metrics.histogram.code_histograms` gives, per
-distance, the number of distinct occupied codes and the largest bucket; the ball aggregates
-them (sum and running max over d <= k).
+Needs per-code counts in the ball: the histogram pass with ``code_stats=True``
+(:func:`index.metrics.histogram.hamming_histograms`) gives, per distance, the number of distinct
+occupied codes and the largest bucket; the ball aggregates them (sum and running max over
+d <= k).
 """
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def _f_beta(p, r, beta):
 
 
 def precision_at_radius(hist: Histograms, conv: Conventions = DEFAULT) -> np.ndarray:
-    """``P(q, r)`` for r = 0..Q before the no-relevant convention (empty ball -> empty_precision)."""
+    """``P(q, r)`` for r = 0..Q, before the no-relevant convention (empty ball:
+    ``empty_precision``)."""
     n = ball_cumsum(hist.count, conv.radius_inclusive)
     tp = ball_cumsum(hist.relevant, conv.radius_inclusive)
     with np.errstate(invalid="ignore", divide="ignore"):
