@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean clean-cache
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,5 +21,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_engine.py
 
-clean:
+clean-cache:
+	find index app loadtest -name '*.nb[ic]' -delete
+
+clean: clean-cache
 	rm -rf $(VENV) out bench/out .pytest_cache .hypothesis
