@@ -40,6 +40,11 @@ def install(app: FastAPI) -> None:
     async def read_only(request: Request, exc: PermissionError):
         return _json(409, str(exc))
 
+    @app.exception_handler(OSError)
+    async def storage_failed(request: Request, exc: OSError):
+        # PermissionError (read-only worker) is handled above; anything else is the disk
+        return _json(503, f"storage error, nothing was acknowledged: {exc.strerror or exc}")
+
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError):
         return _json(400, str(exc))

@@ -1,0 +1,511 @@
+"""Multi-index hashing (Norouzi, Punjani & Fleet, "Fast search in Hamming space with multi-index
+hashing", CVPR 2012): ``m`` bucket tables over contiguous substrings of the code.
+
+Substrings: a ``Q``-bit code is cut into ``m`` contiguous bit ranges (the first ``Q mod m`` of
+``ceil(Q/m)`` bits, the others of ``floor(Q/m)``; every width <= 64, so a substring is one word),
+read most significant bit first like a code (see :mod:`index.codes`). Table ``j`` is a
+:class:`~index.table.BucketTable` keyed by substring ``j`` whose bucket contents are *positions*
+of items in the shared ``(n, W)`` array :attr:`MultiIndex.words` (items sorted by (code, id)).
+
+Pigeonhole rule (tight form): if ``d(x, q) <= R`` with ``R = m * s + a`` (``s = floor(R/m)``,
+``a = R mod m``), then ``d_j(x, q) <= s`` on one of the substrings ``0..a`` or ``d_j <= s - 1`` on
+one of the others (otherwise ``d >= (a+1)(s+1) + (m-a-1) s = R + 1``). Hence a radius-R search
+probes substring ``j`` to radius ``floor((R - j) / m)``: substrings ``0..a`` to ``s``, the others
+to ``s - 1``. Growing the radius one step, from ``R - 1`` to ``R``, adds exactly one shell:
+substring ``R mod m`` at substring radius ``floor(R/m)`` (``C(w_j, floor(R/m))`` probes). That
+step is the unit of the per-radius statistics below, and an item first seen at step ``R`` is at
+distance ``>= R`` (it would have been found earlier otherwise), so after step ``R`` every item
+within ``R`` is known: the exact stop of k-NN by growing the radius.
+
+A *candidate* is one entry of a probed substring bucket: at step ``R`` an item whose substring
+``j = R mod m`` is at distance exactly ``floor(R/m)`` from the query's. ``candidates`` counts
+them with repetitions (an item is met again by the other substrings), ``unique_candidates``
+counts the first visits (an item is first visited at step ``min_j (m d_j + j)``). Duplicates are
+dropped with visit stamps: an int32 array over the items holds the stamp of the query that last
+saw each item; every query (or retry) takes a new stamp, so nothing is cleared between queries.
+Every unique candidate is verified by its full distance ``sum_w popcount(q_w XOR x_w)``.
+
+Statistics per query and radius step ``R`` (arrays ``(nq, R + 1)`` like
+:class:`~index.probe.HammingIndex`): ``probes`` (= ``C(w_j, floor(R/m))`` for ``j = R mod m``,
+0 when the substring radius exceeds ``w_j``), ``nonempty_buckets``, ``empty_buckets``, ``items``
+(results at distance exactly ``R``), ``lookup_ns`` (probing and verification of the step),
+``candidates`` and ``unique_candidates``; ``scanned_from`` ``(nq,)`` is the step at which a k-NN
+query switched to a scan (below), -1 when it did not.
+
+k-NN grows the radius step by step. When the next step would push the query over ``max_probes``
+or would probe more substring buckets than there are items, it verifies every item not seen yet
+instead (a scan of the shared array, exact), so k-NN never raises. Range search raises
+:class:`MIHProbeLimitError` up front when its exact probe count exceeds ``max_probes``, like the
+single table.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from index._jit import monotonic_ns, njit, popcount64
+from index.codes import check_bits, n_words, word_widths
+from index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
+                         SearchStats, _grow, _probe_radius_word, run_chunked)
+from index.table import BucketTable, _sort_order
+
+MAX_SUBSTRING_BITS = 64
+MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
+STAMP_LIMIT = 2**31 - 2
+TABLE_ARRAYS = ("codes", "offsets", "ids", "slots", "bitmap")
+
+
+class MIHProbeLimitError(ProbeLimitError):
+    """A multi-index search would probe more substring buckets than ``max_probes`` allows."""
+
+    def __init__(self, probes: int, limit: int, radius: int, bits: int, substrings: int):
+        self.probes, self.limit, self.radius = probes, limit, radius
+        ValueError.__init__(
+            self, f"a radius-{radius} multi-index search of {bits}-bit codes with {substrings} "
+                  f"substrings probes {probes:,} substring buckets, more than the limit "
+                  f"max_probes={limit:,}; use a smaller radius, more substrings, raise the limit, "
+                  "or use the linear scan (mode 'scan') or the planner (mode 'auto')")
+
+
+def min_substrings(bits: int) -> int:
+    """Fewest substrings for ``bits``-bit codes: every substring fits one 64-bit word."""
+    return -(-check_bits(bits) // MAX_SUBSTRING_BITS)
+
+
+def default_substrings(bits: int, n: int) -> int:
+    """Norouzi's rule ``m = round(Q / log2 N)`` (substrings of about log2 N bits, so a substring
+    bucket holds about one item), with ``log2 N`` taken at least ``MIN_LOG2_N``, clamped to
+    ``[ceil(Q/64), Q]``."""
+    log2n = max(math.log2(max(n, 2)), MIN_LOG2_N)
+    return int(min(bits, max(min_substrings(bits), round(bits / log2n), 1)))
+
+
+def check_substrings(bits: int, substrings) -> int:
+    lo = min_substrings(bits)
+    if isinstance(substrings, bool) or not isinstance(substrings, (int, np.integer)):
+        raise TypeError(f"substrings must be an int in [{lo}, {bits}], got {substrings!r}")
+    if not lo <= int(substrings) <= bits:
+        raise ValueError(f"substrings must be in [{lo}, {bits}] for {bits}-bit codes (every "
+                         f"substring at most {MAX_SUBSTRING_BITS} bits), got {substrings}")
+    return int(substrings)
+
+
+def substring_ranges(bits: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, widths)`` of the ``m`` contiguous substrings: the first ``Q mod m`` have
+    ``ceil(Q/m)`` bits, the others ``floor(Q/m)``."""
+    widths = np.full(m, bits // m, dtype=np.int64)
+    widths[: bits % m] += 1
+    starts = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    return starts, widths
+
+
+def step_probe_counts(widths, max_radius: int) -> list[int]:
+    """Exact probes of each radius step ``R = 0..max_radius``: ``C(w_{R mod m}, floor(R/m))``
+    (``math.comb`` is 0 when the substring radius exceeds the width)."""
+    m = len(widths)
+    return [math.comb(int(widths[R % m]), R // m) for R in range(max_radius + 1)]
+
+
+@njit
+def _substrings(words, starts, widths, word_width):
+    """Substring values ``(n, m)`` of ``(n, W)`` codes (bits read most significant first)."""
+    n = words.shape[0]
+    m = len(starts)
+    out = np.zeros((n, m), dtype=np.uint64)
+    for i in range(n):
+        for j in range(m):
+            s = starts[j]
+            e = s + widths[j]
+            val = np.uint64(0)
+            w = s // 64
+            while w * 64 < e:
+                ww = word_width[w]
+                a = max(s, w * 64)
+                b = min(e, w * 64 + ww)
+                if b > a:
+                    seg = words[i, w] >> np.uint64(ww - (b - w * 64))
+                    nb = b - a
+                    if nb < 64:
+                        seg &= (np.uint64(1) << np.uint64(nb)) - np.uint64(1)
+                        val = (val << np.uint64(nb)) | seg
+                    else:
+                        val = seg
+                w += 1
+            out[i, j] = val
+    return out
+
+
+@njit(inline="always")
+def _full_distance(xq, qi, words, p, W):
+    d = 0
+    for w in range(W):
+        d += popcount64(xq[qi, w] ^ words[p, w])
+    return d
+
+
+@njit(inline="always")
+def _sort_ids(a, lo, hi):
+    """Sort ``a[lo:hi]`` in place: insertion sort for short runs (no allocation), else np.sort."""
+    if hi - lo > 32:
+        a[lo:hi] = np.sort(a[lo:hi])
+        return
+    for i in range(lo + 1, hi):
+        v = a[i]
+        j = i - 1
+        while j >= lo and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@njit
+def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k, max_probes,
+                with_clock, codes, code_base, slots, slot_base, bitmap, bitmap_base,
+                table_shift, filter_shift, direct, offsets, offset_base, positions, words, ids,
+                stamps, stamp):
+    """Multi-index search of every query; range search when ``k < 0``, k-NN otherwise.
+
+    Radius step ``R`` probes substring ``j = R mod m`` to substring radius ``floor(R/m)`` with
+    the single-table sphere enumeration (:func:`index.probe._probe_radius_word`), drops items
+    already stamped by this query and verifies the others by full distance. Range search runs
+    steps ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R``
+    (or all items seen). Returns CSR results ordered by (distance, id), statistics
+    ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which a k-NN query switched to
+    verifying every remaining item (-1: it did not) and the last stamp used.
+    """
+    nq, W = xq.shape
+    m = len(widths)
+    ntotal = len(ids)
+    width = max_radius + 1
+    qsubs = _substrings(xq, starts, widths, word_width)
+    counts = np.zeros(nq, dtype=np.int64)
+    stats = np.zeros((7, nq, width), dtype=np.int64)
+    radii = np.zeros(nq, dtype=np.int64)
+    total_ns = np.zeros(nq, dtype=np.int64)
+    scanned_from = np.full(nq, -1, dtype=np.int64)
+    out_d = np.empty(1024, dtype=np.int32)
+    out_i = np.empty(1024, dtype=np.int64)
+    n_out = 0
+    hits = np.empty(4096, dtype=np.int64)
+    cand_p = np.empty(4096, dtype=np.int64)
+    cand_d = np.empty(4096, dtype=np.int32)
+    hist = np.zeros(bits + 2, dtype=np.int64)
+    fill = np.zeros(bits + 2, dtype=np.int64)
+    for qi in range(nq):
+        t_query = monotonic_ns() if with_clock else 0
+        while True:  # a retry only when the candidate buffer overflowed (then it is grown)
+            stamp += 1
+            if stamp >= STAMP_LIMIT:
+                stamps[:] = 0
+                stamp = 1
+            n_cand = 0
+            spent = 0
+            found = 0
+            last = -1
+            hist[:] = 0
+            for R in range(width):
+                j = R % m
+                r = R // m
+                # k-NN: a step over the probe budget, or probing more buckets than there are
+                # items, verifies every item not seen yet instead (a scan: exact, and cheaper)
+                scan_rest = k >= 0 and (spent + step_probes[R] > max_probes
+                                        or step_probes[R] > ntotal)
+                t0 = monotonic_ns() if with_clock else 0
+                probes = 0
+                nonempty = 0
+                cands = 0
+                before = n_cand
+                if scan_rest:
+                    scanned_from[qi] = R
+                    cands = ntotal
+                    for p in range(ntotal):
+                        if stamps[p] != stamp:
+                            stamps[p] = stamp
+                            d = _full_distance(xq, qi, words, p, W)
+                            if n_cand < len(cand_p):
+                                cand_p[n_cand] = p
+                                cand_d[n_cand] = d
+                            n_cand += 1
+                            hist[d] += 1
+                elif r <= widths[j]:
+                    spent += step_probes[R]
+                    tcodes = codes[code_base[j]:code_base[j + 1]]
+                    tslots = slots[slot_base[j]:slot_base[j + 1]]
+                    tbitmap = bitmap[bitmap_base[j]:bitmap_base[j + 1]]
+                    while True:
+                        probes, nonempty = _probe_radius_word(
+                            qsubs[qi, j], r, widths[j], tcodes, tslots, tbitmap,
+                            table_shift[j], filter_shift[j], direct[j], hits)
+                        if nonempty <= len(hits):
+                            break
+                        hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe again
+                    ob = offset_base[j]
+                    pb = j * ntotal
+                    for h in range(nonempty):
+                        b = hits[h]
+                        lo = offsets[ob + b]
+                        hi = offsets[ob + b + 1]
+                        cands += hi - lo
+                        for t in range(lo, hi):
+                            p = positions[pb + t]
+                            if stamps[p] != stamp:
+                                stamps[p] = stamp
+                                d = _full_distance(xq, qi, words, p, W)
+                                if n_cand < len(cand_p):
+                                    cand_p[n_cand] = p
+                                    cand_d[n_cand] = d
+                                n_cand += 1
+                                hist[d] += 1
+                stats[0, qi, R] = probes
+                stats[1, qi, R] = nonempty
+                stats[2, qi, R] = probes - nonempty
+                stats[3, qi, R] = hist[R]
+                stats[5, qi, R] = cands
+                stats[6, qi, R] = n_cand - before
+                if with_clock:
+                    stats[4, qi, R] = monotonic_ns() - t0
+                last = R
+                found += hist[R]
+                if k >= 0 and (found >= k or n_cand >= ntotal):
+                    break
+            if n_cand <= len(cand_p):
+                break
+            cand_p = np.empty(2 * n_cand, dtype=np.int64)
+            cand_d = np.empty(2 * n_cand, dtype=np.int32)
+        radii[qi] = last + 1
+        cut = last
+        if k >= 0 and n_cand >= ntotal:
+            cut = bits  # every item was seen: rank them all
+        # counting sort of the candidates within ``cut`` by distance, ids sorted per distance
+        total = 0
+        for d in range(cut + 1):
+            fill[d] = total
+            total += hist[d]
+        out_i = _grow(out_i, n_out + total)
+        out_d = _grow(out_d, n_out + total)
+        for c in range(n_cand):
+            d = cand_d[c]
+            if d <= cut:
+                out_i[n_out + fill[d]] = ids[cand_p[c]]
+                out_d[n_out + fill[d]] = d
+                fill[d] += 1
+        lo = n_out
+        for d in range(cut + 1):
+            hi = n_out + fill[d]
+            _sort_ids(out_i, lo, hi)
+            lo = hi
+        if k >= 0 and total > k:
+            total = k
+        n_out += total
+        counts[qi] = total
+        if with_clock:
+            total_ns[qi] = monotonic_ns() - t_query
+    return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
+            scanned_from,
+            stamp)
+
+
+class _StampPool:
+    """Visit-stamp arrays (int32 over the items), one per concurrently running chunk."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._free: list[list] = []
+        self._n = 0
+
+    def reset(self, n: int) -> None:
+        with self._lock:
+            self._free, self._n = [self._new(n)], n
+
+    @staticmethod
+    def _new(n: int) -> list:
+        # written, not np.zeros: calloc'd pages would fault on the first searches' random
+        # accesses (measured 40 us per query on the first search of 100k items)
+        stamps = np.empty(max(n, 1), dtype=np.int32)
+        stamps.fill(0)
+        return [stamps, 0]
+
+    def acquire(self) -> list:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            return self._new(self._n)
+
+    def release(self, entry: list) -> None:
+        with self._lock:
+            if len(entry[0]) == max(self._n, 1):
+                self._free.append(entry)
+
+
+class MultiIndex(IndexBase):
+    """Exact radius search and k-NN by multi-index hashing (see the module docstring).
+
+    ``substrings`` is the number of tables ``m`` (default: Norouzi's rule, recomputed from N at
+    every rebuild); ``max_probes`` bounds the substring probes of one query
+    (:class:`MIHProbeLimitError`). Same API and result layouts as
+    :class:`~index.probe.HammingIndex`; statistics add ``candidates`` and ``unique_candidates``.
+    """
+
+    kind = "mih"
+
+    def __init__(self, bits: int, substrings: int | None = None,
+                 max_probes: int = DEFAULT_MAX_PROBES):
+        super().__init__(bits)
+        self.fixed_substrings = (None if substrings is None
+                                 else check_substrings(self.bits, substrings))
+        if not 1 <= int(max_probes) <= PROBE_CAP:
+            raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
+        self.max_probes = int(max_probes)
+        self._word_width = np.array(word_widths(self.bits), dtype=np.int64)
+        self._stamps = _StampPool()
+        self._rebuild(np.empty((0, n_words(self.bits)), np.uint64), np.empty(0, np.int64))
+
+    # ------------------------------------------------------------------ build
+    def _rebuild(self, words, ids):
+        words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        order = _sort_order(words, ids)
+        words, ids = np.ascontiguousarray(words[order]), ids[order]
+        m = self.fixed_substrings or default_substrings(self.bits, len(ids))
+        starts, widths = substring_ranges(self.bits, m)
+        subs = _substrings(words, starts, widths, self._word_width)
+        positions = np.arange(len(ids), dtype=np.int64)
+        tables = [BucketTable.build(int(widths[j]), np.ascontiguousarray(subs[:, j:j + 1]),
+                                    positions) for j in range(m)]
+        flat = {name: np.concatenate([getattr(t, name) for t in tables]) for name in TABLE_ARRAYS}
+        self._install(words, ids, starts, widths, flat, [t.direct for t in tables],
+                      {name: [len(getattr(t, name)) for t in tables] for name in TABLE_ARRAYS})
+
+    def _install(self, words, ids, starts, widths, flat, direct, lengths):
+        """Set the shared arrays and per-table views over the flat (concatenated) arrays."""
+        self.words, self.ids = words, ids
+        self.substrings = len(widths)
+        self.sub_starts, self.sub_widths = starts, widths
+        self._step_cache = {}
+        self.flat = flat
+        self.bases = {name: np.concatenate([[0], np.cumsum(lengths[name])]).astype(np.int64)
+                      for name in TABLE_ARRAYS}
+        self.tables = [
+            BucketTable.from_arrays(
+                int(widths[j]),
+                {name: flat[name][self.bases[name][j]:self.bases[name][j + 1]]
+                 for name in TABLE_ARRAYS}, direct[j])
+            for j in range(len(widths))]
+        self._table_shift = np.array([t.table_shift for t in self.tables], dtype=np.uint64)
+        self._filter_shift = np.array([t.filter_shift for t in self.tables], dtype=np.uint64)
+        self._direct = np.array([t.direct for t in self.tables], dtype=np.bool_)
+        self._stamps.reset(len(ids))
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.ids)
+
+    def memory_bytes(self) -> int:
+        return self.words.nbytes + self.ids.nbytes + sum(a.nbytes for a in self.flat.values())
+
+    def substring_codes(self, words: np.ndarray) -> np.ndarray:
+        """``(n, m)`` substring values of ``(n, W)`` codes."""
+        return _substrings(np.ascontiguousarray(words, dtype=np.uint64), self.sub_starts,
+                           self.sub_widths, self._word_width)
+
+    # ------------------------------------------------------------------ counts
+    def step_probes(self, max_distance: int) -> list[int]:
+        """Exact probes of each radius step ``0..R`` (Python ints)."""
+        return list(self._steps(max_distance)[0])
+
+    def probe_count(self, max_distance: int) -> int:
+        """Exact substring probes of one radius-R query:
+        ``sum_j sum_{r <= floor((R - j)/m)} C(w_j, r)`` (Python int)."""
+        return self._steps(max_distance)[1]
+
+    def _step_array(self, max_distance: int) -> np.ndarray:
+        return self._steps(max_distance)[2]
+
+    def _steps(self, R: int):
+        """Cached ``(per-step probes, their sum, int64 array clipped at PROBE_CAP)``."""
+        hit = self._step_cache.get(R)
+        if hit is None:
+            counts = tuple(step_probe_counts(self.sub_widths, R))
+            hit = (counts, sum(counts),
+                   np.array([min(c, PROBE_CAP) for c in counts], dtype=np.int64))
+            self._step_cache[R] = hit
+        return hit
+
+    # ------------------------------------------------------------------ search
+    def _run(self, xq, max_radius, k, stats):
+        per_step = self._step_array(max_radius)
+        flat, bases = self.flat, self.bases
+        args = (self.bits, self.sub_starts, self.sub_widths, self._word_width, per_step,
+                max_radius, k, self.max_probes, stats,
+                flat["codes"], bases["codes"], flat["slots"], bases["slots"], flat["bitmap"],
+                bases["bitmap"], self._table_shift, self._filter_shift, self._direct,
+                flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
+        lims, D, I, rest = self._chunked(xq, args)
+        if not stats:
+            return lims, D, I
+        radii = np.concatenate([r[1] for r in rest])
+        width = max(int(radii.max(initial=0)), 1)
+        st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :width]
+        out = SearchStats(*st[:5], radii=radii, total_ns=np.concatenate([r[2] for r in rest]))
+        out.candidates, out.unique_candidates = st[5], st[6]
+        out.scanned_from = np.concatenate([r[3] for r in rest])
+        return lims, D, I, out
+
+    def _chunked(self, xq, args):
+        """:func:`run_chunked` over query chunks, each with its own visit-stamp array."""
+        pool = self._stamps
+
+        def kernel(chunk):
+            entry = pool.acquire()
+            try:
+                out = _mih_kernel(chunk, *args, entry[0], entry[1])
+                entry[1] = out[-1]
+            finally:
+                pool.release(entry)
+            return out[:-1]
+
+        return run_chunked(kernel, xq, self.threads)
+
+    def range_search(self, queries, max_distance: int, stats: bool = False):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
+        R = self._check_radius(max_distance, self.bits)
+        xq = self._check_queries(queries)
+        probes = self.probe_count(R)
+        if probes > self.max_probes:
+            raise MIHProbeLimitError(probes, self.max_probes, R, self.bits, self.substrings)
+        return self._run(xq, R, -1, stats)
+
+    def _knn_csr(self, xq, k, stats):
+        return self._run(xq, self.bits, k, stats)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path) -> None:
+        from index.store import save_index
+        save_index(path, self)
+
+    @classmethod
+    def load(cls, path, mmap: bool = False) -> MultiIndex:
+        from index.store import load_index
+        return load_index(path, mmap=mmap, expected_kind=cls.kind)
+
+    def snapshot(self) -> tuple[dict, dict]:
+        """``(meta, arrays)`` of a snapshot (see :mod:`index.store`)."""
+        meta = {"substrings": self.substrings, "fixed_substrings": self.fixed_substrings,
+                "max_probes": self.max_probes,
+                "direct": [bool(t.direct) for t in self.tables],
+                "lengths": {name: np.diff(self.bases[name]).tolist() for name in TABLE_ARRAYS}}
+        arrays = {"words": self.words, "ids": self.ids,
+                  **{f"table_{name}": a for name, a in self.flat.items()}}
+        return meta, arrays
+
+    @classmethod
+    def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> MultiIndex:
+        index = cls(bits, substrings=meta["fixed_substrings"], max_probes=meta["max_probes"])
+        m = int(meta["substrings"])
+        starts, widths = substring_ranges(index.bits, m)
+        flat = {name: arrays[f"table_{name}"] for name in TABLE_ARRAYS}
+        index._install(arrays["words"], arrays["ids"], starts, widths, flat, meta["direct"],
+                       meta["lengths"])
+        return index

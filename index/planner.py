@@ -1,0 +1,519 @@
+"""Cost-based planner (``mode="auto"``): single-table probing, multi-index hashing or the scan.
+
+For a query batch and a radius R (or a k-NN search) the planner predicts the per-query cost of
+the three exact paths from calibrated models and from the data, runs the cheapest, and records
+the choice with the predicted costs in ``stats.plan`` (and in :attr:`AutoIndex.last_plan`).
+
+Predicted per-query cost (ns), with per-step extended models fitted by
+:func:`index.costmodel.fit_extended` on the index's own statistics:
+
+* single table: ``o_s + sum_{r<=R} (c + a C(Q, r) + b E[nonempty_r] + d E[items_r])``;
+* multi-index:  ``o_m + sum_{R'<=R} (c + a C(w_j, s) + b E[nonempty_{j,s}] + d E[items_R']
+  + e E[candidates_{j,s}])`` with ``j = R' mod m``, ``s = floor(R'/m)`` (one substring shell per
+  radius step, see :mod:`index.mih`);
+* scan: ``t_item * N``.
+
+plus the per-query time outside the radius phases (``total_ns - sum lookup_ns``: sorting and
+emitting the results), ``o0 + o1 * work`` with work = results (single) or candidates (mih). At
+the calibrated radii the model is corrected to the cost measured there (``measured / modeled``
+per radius, measured = mean time of a radius-r search of the calibration queries, each query's
+time the minimum of 5 runs interleaved with the other paths'; beyond the last calibrated radius
+the last correction carries on), so noise in the fitted coefficients cannot move a prediction
+away from what was measured.
+
+The expectations come from a *data profile* made at calibration: for the sampled queries, the
+histograms of distances to (a sample of) the items and to the distinct codes of the single
+table, and of substring distances to the items and to the distinct substring codes of every
+table, scaled to N. So the occupancy of the tables (how many items a bucket holds, how many
+buckets are empty), N and Q all enter the prediction; the calibration queries stand for the
+batches to come (:meth:`AutoIndex.calibrate` accepts real queries to re-profile).
+
+A single-table plan is never chosen when its exact probe count exceeds ``max_probes``, nor a
+multi-index range search over its own limit (k-NN by multi-index never fails: it switches to a
+scan, see :mod:`index.mih`). k-NN plans use the radius ``R_k``, the smallest with
+``E[items within R_k] >= k``.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from index._jit import njit, popcount64
+from index.codes import check_bits
+from index.costmodel import ExtendedModel, fit_extended, fit_paper_model
+from index.mih import MultiIndex
+from index.probe import DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError
+from index.scan import LinearScan
+
+MODES = ("single", "mih", "auto", "scan")
+PLAN_MODES = ("single", "mih", "scan")
+DEFAULT_CALIBRATION_QUERIES = 64
+CALIBRATION_PROBE_BUDGET = 50_000   # per query, single table and multi-index each
+CALIBRATION_MAX_RADIUS = 8
+PROFILE_SAMPLE = 200_000            # items (and distinct codes) the profile compares against
+SCAN_CALIBRATION_QUERIES = 4
+CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
+
+#: Models used before any calibration (an empty index): a 20 ns probe, a 2 ns scanned item.
+DEFAULT_COEF = {
+    "single": {"const": 50.0, "probes": 20.0, "nonempty_buckets": 20.0, "items": 5.0},
+    "mih": {"const": 50.0, "probes": 20.0, "nonempty_buckets": 20.0, "items": 5.0,
+            "candidates": 10.0},
+}
+DEFAULT_OVERHEAD_NS = 300.0
+DEFAULT_SCAN_NS_PER_ITEM = 2.0
+
+
+@njit
+def _distance_histograms(xq, data, max_d):
+    """``(nq, max_d + 1)`` counts of ``data`` rows at each Hamming distance from each query."""
+    nq, W = xq.shape
+    out = np.zeros((nq, max_d + 1), dtype=np.int64)
+    for qi in range(nq):
+        for i in range(data.shape[0]):
+            d = 0
+            for w in range(W):
+                d += popcount64(xq[qi, w] ^ data[i, w])
+            out[qi, d] += 1
+    return out
+
+
+def _sample_rows(arr: np.ndarray, size: int, rng) -> tuple[np.ndarray, float]:
+    """At most ``size`` rows of ``arr`` and the scale ``len(arr) / rows``."""
+    if len(arr) <= size:
+        return np.ascontiguousarray(arr), 1.0
+    idx = np.sort(rng.choice(len(arr), size, replace=False))
+    return np.ascontiguousarray(arr[idx]), len(arr) / size
+
+
+def _fit_overhead(rest_ns, work) -> tuple[float, float]:
+    """``(o0, o1)`` of the per-query time outside the radius phases, ``o0 + o1 * work``
+    (``work``: results for the single table, unique candidates for mih: what is sorted and
+    emitted at the end), by least squares with both coefficients kept >= 0."""
+    y = np.asarray(rest_ns, dtype=np.float64)
+    x = np.asarray(work, dtype=np.float64)
+    if len(y) == 0:
+        return (DEFAULT_OVERHEAD_NS, 0.0)
+    if np.ptp(x) > 0:
+        o1, o0 = np.polyfit(x, y, 1)
+        if o0 >= 0 and o1 >= 0:
+            return (float(o0), float(o1))
+        if o1 > 0:  # negative intercept: through the origin
+            return (0.0, float(max((x @ y) / (x @ x), 0.0)))
+    return (float(max(np.median(y), 0.0)), 0.0)
+
+
+def _call_overhead(index, xq1, repeats: int = 5) -> float:
+    """Per-call time outside the kernel's queries: wall time of a one-query radius-0 search
+    minus the query's own ``total_ns`` (minimum over ``repeats``; Python, validation, threads)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter_ns()
+        st = index.range_search(xq1, 0, stats=True)[3]
+        best = min(best, time.perf_counter_ns() - t - float(st.total_ns.sum()))
+    return max(best, 0.0)
+
+
+def _interleaved_min_stats(jobs: dict, repeats: int) -> dict:
+    """Range-search statistics of every ``jobs[mode] = (index, xq, R)`` with each (query,
+    radius) time the minimum over ``repeats`` runs. The counts are deterministic and a time can
+    only be inflated (preemption on a shared machine, a cold cache), so the minimum is the cost
+    of the work; the modes run in turn in every round, so a load that comes and goes hits them
+    alike and does not decide the plan."""
+    for index, xq, R in jobs.values():
+        index.range_search(xq[:1], R)  # compiled, warm
+    out = {}
+    for _ in range(repeats):
+        for mode, (index, xq, R) in jobs.items():
+            st = index.range_search(xq, R, stats=True)[3]
+            if mode not in out:
+                out[mode] = st
+            else:
+                out[mode].lookup_ns = np.minimum(out[mode].lookup_ns, st.lookup_ns)
+                out[mode].total_ns = np.minimum(out[mode].total_ns, st.total_ns)
+    return out
+
+
+def calibration_queries(words: np.ndarray, bits: int, nq: int, seed: int = 0,
+                        max_flips: int = 3) -> np.ndarray:
+    """Database codes with ``0..max_flips`` random bits flipped (uniformly many): the default
+    stand-in for the batches to come."""
+    from index.codes import word_widths
+    rng = np.random.default_rng(seed)
+    xq = words[rng.integers(0, len(words), nq)].copy()
+    widths = word_widths(bits)
+    for row in xq:
+        for j in rng.choice(bits, size=min(int(rng.integers(0, max_flips + 1)), bits),
+                            replace=False):
+            w = int(j) // 64
+            row[w] ^= np.uint64(1) << np.uint64(widths[w] - 1 - int(j) % 64)
+    return xq
+
+
+class AutoIndex(IndexBase):
+    """Exact search that picks, per batch, the cheapest of single table, multi-index, scan.
+
+    Holds a :class:`~index.probe.HammingIndex`, a :class:`~index.mih.MultiIndex` and a
+    :class:`~index.scan.LinearScan` over the same items (the scan shares the multi-index's
+    arrays). Every rebuild (add/remove) re-calibrates unless ``calibrate_on_build=False``.
+    """
+
+    kind = "auto"
+
+    def __init__(self, bits: int, substrings: int | None = None,
+                 max_probes: int = DEFAULT_MAX_PROBES,
+                 calibration_queries: int = DEFAULT_CALIBRATION_QUERIES,
+                 calibrate_on_build: bool = True, seed: int = 0):
+        bits = check_bits(bits)
+        self.single = HammingIndex(bits, max_probes=max_probes)
+        self.mih = MultiIndex(bits, substrings=substrings, max_probes=max_probes)
+        self.scan = LinearScan(bits)
+        super().__init__(bits)
+        if isinstance(calibration_queries, bool) or not isinstance(calibration_queries, int) \
+                or calibration_queries < 1:
+            raise ValueError(f"calibration_queries must be an int >= 1, got "
+                             f"{calibration_queries!r}")
+        self.calibration_queries = calibration_queries
+        self.calibrate_on_build = calibrate_on_build
+        self.seed = seed
+        self.last_plan: dict | None = None
+        self._set_default_models()
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def threads(self):
+        return self._threads
+
+    @threads.setter
+    def threads(self, value):
+        self._threads = value
+        for child in (self.single, self.mih, self.scan):
+            child.threads = value
+
+    @property
+    def max_probes(self) -> int:
+        return self.single.max_probes
+
+    @max_probes.setter
+    def max_probes(self, value: int) -> None:
+        self.single.max_probes = self.mih.max_probes = int(value)
+
+    @property
+    def substrings(self) -> int:
+        return self.mih.substrings
+
+    @property
+    def ntotal(self) -> int:
+        return self.mih.ntotal
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.mih.ids
+
+    @property
+    def words(self) -> np.ndarray:
+        return self.mih.words
+
+    def memory_bytes(self) -> int:
+        return self.single.memory_bytes() + self.mih.memory_bytes()
+
+    def probe_count(self, max_distance: int) -> int:
+        """Single-table probes ``sum_{r<=R} C(Q, r)`` (the paper's count)."""
+        return self.single.probe_count(max_distance)
+
+    def _rebuild(self, words, ids):
+        self.single._rebuild(words, ids)
+        self.mih._rebuild(words, ids)
+        self.scan.words, self.scan.ids = self.mih.words, self.mih.ids
+        if self.calibrate_on_build:
+            self.calibrate()
+        else:
+            self._set_default_models()
+
+    # ------------------------------------------------------------------ calibration
+    def _set_default_models(self):
+        self.models = {mode: ExtendedModel(tuple(coef), dict(coef))
+                       for mode, coef in DEFAULT_COEF.items()}
+        self.overhead_ns = {"single": (DEFAULT_OVERHEAD_NS, 0.0),
+                            "mih": (DEFAULT_OVERHEAD_NS, 0.0)}
+        self.scan_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
+        self.call_ns = dict.fromkeys(PLAN_MODES, 0.0)
+        self.correction = {}
+        self.paper = None
+        self.calibrated = False
+        self.calibration = {"calibrated": False, "reason": "not calibrated: default models"}
+        self._profile_defaults()
+        self._plan_cache = {}
+
+    def _profile_defaults(self):
+        """Data expectations of uniform codes: ``N C(Q, d) / 2^Q`` items at distance d."""
+        n = self.ntotal
+        q = self.bits
+        self.items_d = np.array([n * math.comb(q, d) / 2.0 ** q for d in range(q + 1)])
+        self.codes_d = np.minimum(self.items_d, [math.comb(q, d) for d in range(q + 1)])
+        self.sub_items, self.sub_codes = [], []
+        for w in self.mih.sub_widths:
+            w = int(w)
+            it = np.array([n * math.comb(w, r) / 2.0 ** w for r in range(w + 1)])
+            self.sub_items.append(it)
+            self.sub_codes.append(np.minimum(it, [math.comb(w, r) for r in range(w + 1)]))
+
+    def profile(self, xq: np.ndarray) -> None:
+        """Expected per-distance counts for queries like ``xq`` (see the module docstring)."""
+        rng = np.random.default_rng(self.seed)
+        data, scale = _sample_rows(self.mih.words, PROFILE_SAMPLE, rng)
+        self.items_d = _distance_histograms(xq, data, self.bits).mean(axis=0) * scale
+        codes, scale = _sample_rows(self.single.table.codes, PROFILE_SAMPLE, rng)
+        self.codes_d = _distance_histograms(xq, codes, self.bits).mean(axis=0) * scale
+        qsubs = self.mih.substring_codes(xq)
+        dsubs = self.mih.substring_codes(data)
+        self.sub_items, self.sub_codes = [], []
+        for j, table in enumerate(self.mih.tables):
+            w = int(self.mih.sub_widths[j])
+            qj = np.ascontiguousarray(qsubs[:, j:j + 1])
+            self.sub_items.append(_distance_histograms(
+                qj, np.ascontiguousarray(dsubs[:, j:j + 1]), w).mean(axis=0)
+                * (self.ntotal / max(len(data), 1)))
+            tcodes, tscale = _sample_rows(table.codes, PROFILE_SAMPLE, rng)
+            self.sub_codes.append(_distance_histograms(qj, tcodes, w).mean(axis=0) * tscale)
+
+    def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
+        """Fit the planner's models on sampled queries (default: database codes with 0-3 bits
+        flipped) and re-profile the data. Returns a summary (also in :attr:`calibration`)."""
+        self._plan_cache = {}
+        if self.ntotal == 0:
+            self._set_default_models()
+            self.calibration["reason"] = "empty index: default models"
+            return self.calibration
+        n_queries = n_queries or self.calibration_queries
+        if queries is None:
+            xq = calibration_queries(self.mih.words, self.bits, n_queries, seed=self.seed)
+        else:
+            xq = self._check_queries(queries)
+        saved = self._threads
+        self.threads = 1
+        try:
+            self.profile(xq)
+            self.correction = {}
+            summary = {"calibrated": True, "queries": len(xq)}
+            jobs = {}
+            for mode, index in (("single", self.single), ("mih", self.mih)):
+                R = 0
+                budget = min(CALIBRATION_PROBE_BUDGET, index.max_probes)
+                while R < min(self.bits, CALIBRATION_MAX_RADIUS) and \
+                        index.probe_count(R + 1) <= budget:
+                    R += 1
+                for r in range(R + 1):  # radius-r searches: their measured cost
+                    jobs[(mode, r)] = (index, xq, r)
+            jobs[("scan", 0)] = (self.scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
+            measured_stats = _interleaved_min_stats(jobs, CALIBRATION_REPEATS)
+            for mode in ("single", "mih"):
+                R = max(r for m, r in jobs if m == mode)
+                st = measured_stats[(mode, R)]
+                self.models[mode] = fit_extended(st, relative=True)
+                reached = np.arange(st.lookup_ns.shape[1])[None, :] < st.radii[:, None]
+                lookup = np.where(reached, st.lookup_ns, 0).sum(axis=1)
+                work = np.where(reached, st.unique_candidates if mode == "mih" else st.items,
+                                0).sum(axis=1)
+                self.overhead_ns[mode] = _fit_overhead(st.total_ns - lookup, work)
+                # measured mean cost of a radius-r search of these queries, r <= R
+                measured = np.array([float(np.mean(measured_stats[(mode, r)].total_ns))
+                                     for r in range(R + 1)])
+                self.correction[mode] = [
+                    float(measured[r] / max(self.modeled(mode, r), 1.0)) for r in range(R + 1)]
+                summary[mode] = {"radius": R, "model": self.models[mode].to_dict(),
+                                 "overhead_ns": self.overhead_ns[mode],
+                                 "measured_ns": measured.tolist(),
+                                 "correction": self.correction[mode]}
+                if mode == "single":
+                    self.paper = fit_paper_model(st, self.bits)
+                    summary["paper"] = self.paper.to_dict()
+            for mode in PLAN_MODES:
+                self.call_ns[mode] = _call_overhead(self._index_for(mode), xq[:1])
+            summary["call_overhead_ns"] = dict(self.call_ns)
+            st = measured_stats[("scan", 0)]
+            self.scan_ns_per_item = float(np.median(st.total_ns)) / self.ntotal
+            summary["scan"] = {"ns_per_item": self.scan_ns_per_item}
+        finally:
+            self.threads = saved
+        self.calibrated = True
+        self.calibration = summary
+        return summary
+
+    # ------------------------------------------------------------------ prediction
+    def knn_radius(self, k: int) -> int:
+        """Smallest R with ``E[items within R] >= min(k, N)`` (the k-NN stop radius)."""
+        need = min(k, self.ntotal)
+        cum = np.cumsum(self.items_d)
+        hit = np.flatnonzero(cum >= need - 1e-9)
+        return int(hit[0]) if len(hit) else self.bits
+
+    def _features(self, mode: str, R: int) -> dict:
+        """Expected per-radius features of a radius-R search by ``mode`` (from the profile)."""
+        if mode == "single":
+            return {"probes": [math.comb(self.bits, r) for r in range(R + 1)],
+                    "nonempty_buckets": self.codes_d[:R + 1], "items": self.items_d[:R + 1]}
+        m = self.mih.substrings
+        widths = self.mih.sub_widths
+        probes, nonempty, cands = [], [], []
+        for step in range(R + 1):
+            j, s = step % m, step // m
+            ok = s <= widths[j]
+            probes.append(math.comb(int(widths[j]), s))
+            nonempty.append(self.sub_codes[j][s] if ok else 0.0)
+            cands.append(self.sub_items[j][s] if ok else 0.0)
+        return {"probes": probes, "nonempty_buckets": nonempty, "items": self.items_d[:R + 1],
+                "candidates": cands}
+
+    def modeled(self, mode: str, R: int) -> float:
+        """Extended model of a radius-R query: ``o0 + o1 * work + sum_r model(features_r)``."""
+        f = self._features(mode, R)
+        o0, o1 = self.overhead_ns[mode]
+        work = float(np.sum(f["candidates"] if mode == "mih" else f["items"]))
+        return o0 + o1 * work + float(self.models[mode].predict(f).sum())
+
+    def predict(self, R: int) -> dict:
+        """Predicted per-query ns of each path for a radius-R search (None: not allowed).
+
+        The modeled cost times the calibration's correction ``measured / modeled`` at radius
+        ``min(R, R_cal)`` (1 before calibration): at the calibrated radii the prediction is
+        the cost measured on the calibration queries, beyond them the model extrapolates from
+        the last one.
+        """
+        out = {"single": None, "mih": None}
+        for mode, index in (("single", self.single), ("mih", self.mih)):
+            if index.probe_count(R) <= index.max_probes:
+                corr = self.correction.get(mode) or [1.0]
+                out[mode] = self.modeled(mode, R) * corr[min(R, len(corr) - 1)]
+        out["scan"] = self.scan_ns_per_item * max(self.ntotal, 1)
+        return out
+
+    def plan(self, max_distance: int | None = None, k: int | None = None, nq: int = 1) -> dict:
+        """The plan of a batch of ``nq`` queries: a radius search (``max_distance``) or a k-NN
+        search (``k``). ``predicted_ns`` are per query, the per-call overhead spread over the
+        batch included; None marks a path that is not allowed."""
+        # the limits are part of the key: a shallow copy with a lower max_probes (the server's
+        # per-request limit) shares this cache
+        key = (max_distance, k, nq, self.single.max_probes, self.mih.max_probes)
+        if key in self._plan_cache:
+            return dict(self._plan_cache[key])
+        R = max_distance if k is None else self.knn_radius(k)
+        predicted = self.predict(R)
+        if k is not None and predicted["mih"] is None:
+            predicted["mih"] = predicted["scan"]  # mih k-NN switches to a scan, never fails
+        predicted = {m: None if v is None else v + self.call_ns[m] / max(nq, 1)
+                     for m, v in predicted.items()}
+        feasible = {m: v for m, v in predicted.items() if v is not None}
+        mode = min(feasible, key=lambda m: (feasible[m], PLAN_MODES.index(m)))
+        plan = {"mode": mode, "radius": R, "k": k, "predicted_ns": predicted,
+                "calibrated": self.calibrated,
+                "reason": (f"{mode} has the lowest predicted cost "
+                           f"({feasible[mode]:.0f} ns/query)"
+                           + ("; single table excluded: "
+                              f"{self.single.probe_count(R):,} probes > max_probes"
+                              if predicted["single"] is None else ""))}
+        if len(self._plan_cache) > 4096:
+            self._plan_cache.clear()
+        self._plan_cache[key] = plan
+        return dict(plan)
+
+    # ------------------------------------------------------------------ search
+    def _index_for(self, mode: str):
+        return {"single": self.single, "mih": self.mih, "scan": self.scan}[mode]
+
+    def range_search(self, queries, max_distance: int, stats: bool = False):
+        """Radius search by the path the planner predicts cheapest; ``stats.plan`` says which."""
+        R = self._check_radius(max_distance, self.bits)
+        xq = self._check_queries(queries)
+        plan = self.plan(max_distance=R, nq=len(xq))
+        plan["nq"] = len(xq)
+        self.last_plan = plan
+        # the plan checked the probe limits: run the chosen kernel without validating again
+        out = self._index_for(plan["mode"])._run(xq, R, -1, stats)
+        if stats:
+            out[3].plan = plan
+        return out
+
+    def _knn_csr(self, xq, k, stats):
+        plan = self.plan(k=k, nq=len(xq))
+        plan["nq"] = len(xq)
+        order = sorted((m for m, v in plan["predicted_ns"].items() if v is not None),
+                       key=lambda m: (m != plan["mode"], plan["predicted_ns"][m]))
+        for mode in order:
+            try:
+                out = self._index_for(mode)._knn_csr(xq, k, stats)
+            except ProbeLimitError as exc:
+                plan.setdefault("fallbacks", []).append(f"{mode}: {str(exc).split(';')[0]}")
+                continue
+            plan["mode"] = mode
+            break
+        self.last_plan = plan
+        if stats:
+            out[3].plan = plan
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path) -> None:
+        from index.store import save_index
+        save_index(path, self)
+
+    @classmethod
+    def load(cls, path, mmap: bool = False) -> AutoIndex:
+        from index.store import load_index
+        return load_index(path, mmap=mmap, expected_kind=cls.kind)
+
+    def snapshot(self) -> tuple[dict, dict]:
+        mih_meta, mih_arrays = self.mih.snapshot()
+        meta = {"mih": mih_meta, "direct": self.single.table.direct,
+                "max_probes": self.max_probes, "calibration_queries": self.calibration_queries,
+                "calibrate_on_build": self.calibrate_on_build, "seed": self.seed}
+        arrays = {**{f"mih_{k}": v for k, v in mih_arrays.items()},
+                  **{f"single_{k}": v for k, v in self.single.table.arrays().items()}}
+        return meta, arrays
+
+    @classmethod
+    def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> AutoIndex:
+        """Load the tables and re-calibrate (timings belong to the machine that loads)."""
+        from index.table import BucketTable
+        index = cls(bits, substrings=meta["mih"]["fixed_substrings"],
+                    max_probes=meta["max_probes"],
+                    calibration_queries=meta["calibration_queries"],
+                    calibrate_on_build=meta["calibrate_on_build"], seed=meta["seed"])
+        index.mih = MultiIndex.from_snapshot(
+            bits, meta["mih"], {k[4:]: v for k, v in arrays.items() if k.startswith("mih_")})
+        index.single.table = BucketTable.from_arrays(
+            bits, {k[7:]: v for k, v in arrays.items() if k.startswith("single_")},
+            meta["direct"])
+        index.scan.words, index.scan.ids = index.mih.words, index.mih.ids
+        index.threads = None
+        if index.calibrate_on_build:
+            index.calibrate()
+        else:
+            index._set_default_models()
+        return index
+
+
+def make_index(bits: int, mode: str = "single", substrings: int | None = None,
+               max_probes: int = DEFAULT_MAX_PROBES, **kwargs):
+    """An empty index of ``mode``: ``"single"`` (:class:`HammingIndex`), ``"mih"``
+    (:class:`MultiIndex`), ``"auto"`` (:class:`AutoIndex`, extra keyword arguments go to it) or
+    ``"scan"`` (:class:`LinearScan`)."""
+    bits = check_bits(bits)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if substrings is not None and mode not in ("mih", "auto"):
+        raise ValueError(f"substrings applies to mode 'mih' or 'auto' only, got mode {mode!r}")
+    if kwargs and mode != "auto":
+        raise ValueError(f"options {sorted(kwargs)} apply to mode 'auto' only, got {mode!r}")
+    if mode == "single":
+        return HammingIndex(bits, max_probes=max_probes)
+    if mode == "mih":
+        return MultiIndex(bits, substrings=substrings, max_probes=max_probes)
+    if mode == "auto":
+        return AutoIndex(bits, substrings=substrings, max_probes=max_probes, **kwargs)
+    return LinearScan(bits)
+
+
+__all__ = ["AutoIndex", "MODES", "PLAN_MODES", "calibration_queries", "make_index"]

@@ -1,0 +1,173 @@
+"""The planner (mode "auto"): exact whatever it chooses, never an over-limit single table."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from index.mih import MultiIndex
+from index.planner import PLAN_MODES, AutoIndex, make_index
+from index.probe import HammingIndex
+from index.scan import LinearScan
+from index.synth import clustered_codes, queries_near
+from tests.test_mih import BITS, RADII, check_same, make_data
+
+
+def build_auto(bits, xb, ids, **kw):
+    kw.setdefault("calibration_queries", 6)
+    index = AutoIndex(bits, **kw)
+    if len(xb):
+        index.add(xb, ids)
+    return index
+
+
+def build_scan(bits, xb, ids):
+    scan = LinearScan(bits)
+    if len(xb):
+        scan.add(xb, ids)
+    return scan
+
+
+def force(index, mode):
+    """Make ``mode`` the cheapest by the models (the others 1000x dearer)."""
+    index.scan_ns_per_item = 0.0 if mode == "scan" else 1e6
+    for name, model in index.models.items():
+        model.coef = {k: (0.0 if name == mode else 1e6) for k in model.coef}
+        index.overhead_ns[name] = (0.0, 0.0) if name == mode else (1e9, 0.0)
+    index._plan_cache = {}
+
+
+@settings(max_examples=30, deadline=None)
+@given(bits=st.sampled_from(BITS), n=st.integers(0, 50), seed=st.integers(0, 2**31),
+       clustered=st.booleans())
+def test_auto_matches_scan(bits, n, seed, clustered):
+    xb, ids, xq = make_data(bits, n, 6, seed, clustered)
+    index = build_auto(bits, xb, ids)
+    scan = build_scan(bits, xb, ids)
+    for R in RADII:
+        out = index.range_search(xq, R, stats=True)
+        check_same(out[:3], scan.range_search(xq, R))
+        plan = out[3].plan
+        assert plan["mode"] in PLAN_MODES and plan["radius"] == R
+        assert set(plan["predicted_ns"]) == set(PLAN_MODES)
+        if index.single.probe_count(R) > index.single.max_probes:
+            assert plan["predicted_ns"]["single"] is None and plan["mode"] != "single"
+    for k in (1, 4, 30):
+        D, I, stats = index.search(xq, k, stats=True)
+        check_same((D, I), scan.search(xq, k))
+        assert stats.plan["k"] == k
+
+
+@pytest.mark.parametrize("mode", PLAN_MODES)
+@pytest.mark.parametrize("bits", [16, 64, 128])
+def test_every_forced_plan_is_exact(mode, bits):
+    xb, ids, xq = make_data(bits, 200, 9, 11)
+    index = build_auto(bits, xb, ids, max_probes=200_000)
+    scan = build_scan(bits, xb, ids)
+    force(index, mode)
+    for R in RADII:
+        lims, D, I, stats = index.range_search(xq, R, stats=True)
+        check_same((lims, D, I), scan.range_search(xq, R))
+        expected = mode
+        if mode == "single" and index.single.probe_count(R) > index.single.max_probes:
+            expected = min(("mih", "scan"), key=lambda m: stats.plan["predicted_ns"][m] or 1e300)
+        assert stats.plan["mode"] == expected
+        assert index.last_plan["mode"] == expected
+        if expected == "mih":
+            assert stats.candidates is not None
+    D, I, stats = index.search(xq, 5, stats=True)
+    check_same((D, I), scan.search(xq, 5))
+
+
+def test_single_table_never_chosen_over_max_probes():
+    bits = 64
+    xb, ids, xq = make_data(bits, 300, 5, 2)
+    index = build_auto(bits, xb, ids, max_probes=1000)
+    force(index, "single")  # single is free by the models, yet over the limit at R >= 2
+    for R in RADII:
+        plan = index.range_search(xq, R, stats=True)[3].plan
+        if index.single.probe_count(R) > 1000:
+            assert plan["mode"] != "single" and plan["predicted_ns"]["single"] is None
+            assert "excluded" in plan["reason"]
+        else:
+            assert plan["mode"] == "single"
+    # k-NN: a single-table plan that hits the probe limit falls back, still exact
+    D, I, stats = index.search(xq, 50, stats=True)
+    check_same((D, I), build_scan(bits, xb, ids).search(xq, 50))
+    assert stats.plan["mode"] in ("mih", "scan", "single")
+    if stats.plan["mode"] != "single":
+        assert stats.plan.get("fallbacks") or stats.plan["predicted_ns"]["single"] is None
+
+
+def test_calibration_and_prediction():
+    bits = 64
+    xb = clustered_codes(4000, bits, n_clusters=40, flip=0.03, seed=5)
+    index = AutoIndex(bits, calibration_queries=12)
+    index.add(xb)
+    cal = index.calibration
+    assert cal["calibrated"] and cal["queries"] == 12
+    assert cal["single"]["radius"] >= 2 and cal["mih"]["radius"] >= 2
+    assert index.paper.t0_ns > 0 and index.scan_ns_per_item > 0
+    # the data profile: expected items per distance sum to N
+    assert index.items_d.sum() == pytest.approx(4000)
+    for j, w in enumerate(index.mih.sub_widths):
+        assert index.sub_items[j].sum() == pytest.approx(4000)
+        assert len(index.sub_codes[j]) == w + 1
+    pred = index.predict(3)
+    assert all(v is None or v > 0 for v in pred.values())
+    # re-runnable, with the caller's queries
+    xq = queries_near(xb, 10, bits, flips=1, seed=9)
+    again = index.calibrate(xq)
+    assert again["calibrated"] and again["queries"] == 10
+    assert index.knn_radius(1) <= index.knn_radius(100) <= bits
+    # uncalibrated (empty) index still plans
+    empty = AutoIndex(bits)
+    assert empty.calibration["calibrated"] is False
+    assert empty.plan(max_distance=2)["mode"] in PLAN_MODES
+
+
+def test_make_index_modes():
+    assert type(make_index(64)) is HammingIndex
+    assert type(make_index(64, "mih", substrings=4)) is MultiIndex
+    assert make_index(64, "mih", substrings=4).substrings == 4
+    auto = make_index(64, "auto", substrings=2, calibration_queries=4)
+    assert type(auto) is AutoIndex and auto.substrings == 2
+    assert type(make_index(64, "scan")) is LinearScan
+    with pytest.raises(ValueError, match="mode must be one of"):
+        make_index(64, "fast")
+    with pytest.raises(ValueError, match="substrings applies to mode 'mih' or 'auto'"):
+        make_index(64, "single", substrings=2)
+    with pytest.raises(ValueError, match=r"substrings must be in \[1, 64\]"):
+        make_index(64, "mih", substrings=65)
+    with pytest.raises(ValueError, match="calibration_queries"):
+        make_index(64, "auto", calibration_queries=0)
+
+
+def test_auto_save_load_and_threads(tmp_path):
+    bits = 128
+    xb, ids, xq = make_data(bits, 300, 24, 8)
+    index = build_auto(bits, xb, ids)
+    index.save(tmp_path / "auto")
+    loaded = AutoIndex.load(tmp_path / "auto")
+    assert loaded.ntotal == 300 and loaded.substrings == index.substrings
+    scan = build_scan(bits, xb, ids)
+    for threads in (1, 2):
+        loaded.threads = threads
+        for R in (0, 3, 8):
+            check_same(loaded.range_search(xq, R), scan.range_search(xq, R))
+        check_same(loaded.search(xq, 6), scan.search(xq, 6))
+    assert loaded.remove(ids[:10]) == 10 and loaded.ntotal == 290
+
+
+def test_plan_cache_respects_a_lowered_probe_limit():
+    """A shallow copy with a lower max_probes (the server's per-request limit) shares the plan
+    cache: a plan made under the higher limit must not be reused."""
+    import copy
+    bits = 64
+    xb, ids, xq = make_data(bits, 300, 5, 4)
+    index = build_auto(bits, xb, ids)
+    force(index, "single")
+    assert index.range_search(xq, 2, stats=True)[3].plan["mode"] == "single"
+    view = copy.copy(index)
+    view.single, view.mih = copy.copy(index.single), copy.copy(index.mih)
+    view.max_probes = 100
+    plan = view.range_search(xq, 2, stats=True)[3].plan
+    assert plan["mode"] != "single" and plan["predicted_ns"]["single"] is None
+    assert index.range_search(xq, 2, stats=True)[3].plan["mode"] == "single"
