@@ -22,6 +22,7 @@ import faiss
 import numpy as np
 
 from index.codes import to_packed
+from index.planner import make_index
 from index.probe import HammingIndex
 from index.scan import LinearScan
 from index.synth import clustered_codes, queries_near, uniform_codes
@@ -34,6 +35,18 @@ def timed(fn, repeat=3):
         t = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def interleaved(fns: dict, rounds=5):
+    """Best wall time of each function over ``rounds`` interleaved rounds (noise hits all alike),
+    and each function's last result."""
+    best, out = {name: float("inf") for name in fns}, {}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t)
     return best, out
 
 
@@ -59,11 +72,10 @@ def bench_dataset(name, xb, bits, nq_by_radius, knn_queries):
         xq = xq_all[:nq]
         xq8 = to_packed(xq, bits)
         index.range_search(xq[:2], r)
-        t_ours, t_stats = float("inf"), float("inf")
-        for _ in range(5):  # interleaved, best of 5 each: same kernel with and without stats
-            t, (lims, D, I) = timed(lambda: index.range_search(xq, r), repeat=1)
-            t_ours = min(t_ours, t)
-            t_stats = min(t_stats, timed(lambda: index.range_search(xq, r, stats=True), 1)[0])
+        best, out = interleaved({"plain": lambda: index.range_search(xq, r),
+                                 "stats": lambda: index.range_search(xq, r, stats=True)})
+        t_ours, t_stats = best["plain"], best["stats"]
+        lims, D, I = out["plain"]
         fh.nflip = r
         nq_f = max(5, nq // 20) if r >= 2 else nq
         t_f, (fl, fD, fI) = timed(lambda: fh.range_search(xq8[:nq_f], r + 1), repeat=1)
@@ -93,17 +105,30 @@ def bench_knn_and_scan(name, xb, bits, index, nq, k=10):
     scan.threads = 1
     index.search(xq[:2], k)
     scan.search(xq[:2], k)
-    t_probe, (D, I) = timed(lambda: index.search(xq, k))
-    t_scan, (sD, sI) = timed(lambda: scan.search(xq, k))
-    t_flat, (fD, fI) = timed(lambda: flat.search(xq8, k))
+    best, out = interleaved({"probe": lambda: index.search(xq, k),
+                             "scan": lambda: scan.search(xq, k),
+                             "flat": lambda: flat.search(xq8, k),
+                             "scan_range": lambda: scan.range_search(xq, 2),
+                             "flat_range": lambda: flat.range_search(xq8, 3)})
+    t_probe, t_scan, t_flat = best["probe"], best["scan"], best["flat"]
+    (D, I), (sD, sI), (fD, fI) = out["probe"], out["scan"], out["flat"]
     assert (D == fD).all() and (sD == fD).all(), f"{name}: k-NN distances differ from FAISS"
+    _, _, st = index.search(xq, k, stats=True)
+    auto = make_index(bits, "auto")
+    auto.add(xb)
+    auto.threads = 1
+    auto.search(xq[:2], k)
+    t_auto, (aD, aI) = timed(lambda: auto.search(xq, k))
+    assert (aD == D).all() and (aI == I).all(), f"{name}: auto k-NN differs"
     assert (D == sD).all() and (I == sI).all()
-    r = 2
-    t_srange, (sl, _, sI2) = timed(lambda: scan.range_search(xq, r))
-    t_frange, (fl, _, fI2) = timed(lambda: flat.range_search(xq8, r + 1))
+    t_srange, (sl, _, sI2) = best["scan_range"], out["scan_range"]
+    t_frange, (fl, _, fI2) = best["flat_range"], out["flat_range"]
     assert same_sets(sl, sI2, fl, fI2), f"{name}: scan range results differ from FAISS"
     return {"knn_probe_qps": nq / t_probe, "knn_flat_qps": nq / t_flat,
             "knn_speedup_vs_flat": t_flat / t_probe,
+            "knn_median_speedup_vs_flat": t_flat / nq / (np.median(st.total_ns) * 1e-9),
+            "knn_radii": np.bincount(st.radii).tolist(),
+            "knn_auto_speedup_vs_flat": t_flat / t_auto,
             "scan_knn_vs_flat": t_flat / t_scan, "scan_range_vs_flat": t_frange / t_srange}
 
 
@@ -140,7 +165,10 @@ def main():
                   f"{c['faiss_ns_per_probe']:>14.1f} {c['stats_overhead']:>+10.1%}")
         if "knn_probe_qps" in row:
             print(f"  k-NN k=10: probing {row['knn_probe_qps']:.0f} q/s, IndexBinaryFlat "
-                  f"{row['knn_flat_qps']:.0f} q/s: x{row['knn_speedup_vs_flat']:.1f}; "
+                  f"{row['knn_flat_qps']:.0f} q/s: x{row['knn_speedup_vs_flat']:.1f} (median "
+                  f"query x{row['knn_median_speedup_vs_flat']:.0f}; queries per number of radii "
+                  f"searched {row['knn_radii']}); auto mode x{row['knn_auto_speedup_vs_flat']:.1f}")
+            print(f"  "
                   f"our scan vs IndexBinaryFlat: k-NN x{row['scan_knn_vs_flat']:.2f}, "
                   f"range x{row['scan_range_vs_flat']:.2f}")
         del index, xb
