@@ -477,19 +477,7 @@ class MultiIndex(IndexBase):
             raise MIHProbeLimitError(probes, self.max_probes, R, self.bits, self.substrings)
         return self._run(xq, R, -1, stats)
 
-    def _knn_csr(self, xq, k, stats):
-        return self._run(xq, self.bits, k, stats)
-
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> None:
-        from index.store import save_index
-        save_index(path, self)
-
-    @classmethod
-    def load(cls, path, mmap: bool = False) -> MultiIndex:
-        from index.store import load_index
-        return load_index(path, mmap=mmap, expected_kind=cls.kind)
-
     def snapshot(self) -> tuple[dict, dict]:
         """``(meta, arrays)`` of a snapshot (see :mod:`index.store`)."""
         meta = {"substrings": self.substrings, "fixed_substrings": self.fixed_substrings,

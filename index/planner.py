@@ -455,15 +455,6 @@ class AutoIndex(IndexBase):
         return out
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> None:
-        from index.store import save_index
-        save_index(path, self)
-
-    @classmethod
-    def load(cls, path, mmap: bool = False) -> AutoIndex:
-        from index.store import load_index
-        return load_index(path, mmap=mmap, expected_kind=cls.kind)
-
     def snapshot(self) -> tuple[dict, dict]:
         mih_meta, mih_arrays = self.mih.snapshot()
         meta = {"mih": mih_meta, "direct": self.single.table.direct,

@@ -379,6 +379,20 @@ class IndexBase:
             self._rebuild(self.words[keep], self.ids[keep])
         return removed
 
+    def _knn_csr(self, xq, k, stats):
+        return self._run(xq, self.bits, k, stats)
+
+    def save(self, path) -> None:
+        """Write a checksummed snapshot directory (see :mod:`index.store`)."""
+        from index.store import save_index
+        save_index(path, self)
+
+    @classmethod
+    def load(cls, path, mmap: bool = False):
+        """Read a snapshot written by :meth:`save` (``mmap=True`` maps the arrays read-only)."""
+        from index.store import load_index
+        return load_index(path, mmap=mmap, expected_kind=cls.kind)
+
     def search(self, queries, k: int, stats: bool = False):
         """Exact k-NN: ``(D, I)`` of shape ``(nq, k)``, ordered by (distance, id), padded -1."""
         k = self._check_k(k)
@@ -456,15 +470,3 @@ class HammingIndex(IndexBase):
         if probes > self.max_probes:
             raise ProbeLimitError(probes, self.max_probes, R, self.bits)
         return self._run(xq, R, -1, stats)
-
-    def _knn_csr(self, xq, k, stats):
-        return self._run(xq, self.bits, k, stats)
-
-    def save(self, path) -> None:
-        from index.store import save_index
-        save_index(path, self)
-
-    @classmethod
-    def load(cls, path, mmap: bool = False) -> HammingIndex:
-        from index.store import load_index
-        return load_index(path, mmap=mmap, expected_kind=cls.kind)

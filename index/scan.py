@@ -180,15 +180,3 @@ class LinearScan(IndexBase):
         """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
         R = self._check_radius(max_distance, self.bits)
         return self._run(self._check_queries(queries), R, -1, stats)
-
-    def _knn_csr(self, xq, k, stats):
-        return self._run(xq, self.bits, k, stats)
-
-    def save(self, path) -> None:
-        from index.store import save_index
-        save_index(path, self)
-
-    @classmethod
-    def load(cls, path, mmap: bool = False) -> LinearScan:
-        from index.store import load_index
-        return load_index(path, mmap=mmap, expected_kind=cls.kind)
