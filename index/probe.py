@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index._jit import clz64, ctz64, default_threads, monotonic_ns, njit
+from index._jit import clz64, ctz64, default_threads, monotonic_ns, njit, popcount64
 from index.codes import as_words, check_bits, word_widths
 from index.table import BucketTable, find_bucket, find_bucket_word
 
@@ -76,6 +76,8 @@ class SearchStats:
     unique_candidates = None
     #: planner (mode "auto"): which path ran and the predicted costs that chose it
     plan = None
+    #: k-NN: (nq,) the radius from which a query ranked the codes by a scan instead (-1: none)
+    scanned_from = None
     OPTIONAL_FIELDS = ("candidates", "unique_candidates")
 
     def per_query(self, i: int) -> list[dict]:
@@ -212,25 +214,67 @@ def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots
 
 
 @njit
+def _finish_by_scan(xq, qi, r, k, found, bits, codes, offsets, ids, bdist, stats, out_i, out_d,
+                    n_out):
+    """k-NN fallback: rank the distinct codes by distance instead of probing radius ``r`` on.
+
+    Buckets at distance ``>= r`` are taken, radius by radius, until ``k`` items are found in
+    all (the last radius complete, so ties stay exact by (distance, id)). Per radius the
+    statistics record ``probes = 0``, the buckets and items found there. Returns the output
+    buffers, their length and the last radius.
+    """
+    nu, W = codes.shape
+    hist = np.zeros(bits + 1, dtype=np.int64)
+    for b in range(nu):
+        d = 0
+        for w in range(W):
+            d += popcount64(xq[qi, w] ^ codes[b, w])
+        bdist[b] = d
+        if d >= r:
+            hist[d] += offsets[b + 1] - offsets[b]
+    cut = r
+    acc = hist[r]
+    while found + acc < k and cut < bits:
+        cut += 1
+        acc += hist[cut]
+    for d in range(r, cut + 1):
+        seg = n_out
+        nonempty = 0
+        for b in range(nu):
+            if bdist[b] == d:
+                nonempty += 1
+                out_i, out_d, n_out = _emit(b, d, offsets, ids, out_i, out_d, n_out)
+        if n_out - seg > 1:
+            out_i[seg:n_out] = np.sort(out_i[seg:n_out])
+        stats[1, qi, d] = nonempty
+        stats[3, qi, d] = n_out - seg
+    return out_i, out_d, n_out, cut
+
+
+@njit
 def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max_probes,
                   with_clock, codes, slots, bitmap, table_shift, filter_shift, direct,
                   offsets, ids):
     """Probe every query's Hamming ball; range search when ``k < 0``, k-NN otherwise.
 
-    Returns CSR results (counts, distances, ids) sorted by (distance, id) per query, the
-    per-radius statistics, and per query the radius at which the probe limit stopped it (-1: not
-    stopped).
+    k-NN grows the radius until ``k`` items are found. When the next radius would take a query
+    over ``max_probes``, or probe more buckets than there are distinct codes, the query ranks
+    the distinct codes by distance instead (:func:`_finish_by_scan`: exact, and cheaper), so
+    k-NN never fails. Returns CSR results (counts, distances, ids) sorted by (distance, id) per
+    query, the per-radius statistics, and per query the radius from which it scanned (-1: none).
     """
     nq, W = xq.shape
     ntotal = len(ids)
+    n_codes = codes.shape[0]
     width = max_radius + 1
     counts = np.zeros(nq, dtype=np.int64)
     stats = np.zeros((5, nq, width), dtype=np.int64)
     radii = np.zeros(nq, dtype=np.int64)
     total_ns = np.zeros(nq, dtype=np.int64)
-    limited = np.full(nq, -1, dtype=np.int64)
+    scanned_from = np.full(nq, -1, dtype=np.int64)
     out_d = np.empty(1024, dtype=np.int32)
     out_i = np.empty(1024, dtype=np.int64)
+    bdist = np.empty(0, dtype=np.int16)
     n_out = 0
     cur = np.empty(W, dtype=np.uint64)
     pos = np.empty(max(max_radius, 1), dtype=np.int64)
@@ -241,8 +285,18 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
         t_query = monotonic_ns() if with_clock else 0  # one clock read per radius boundary
         t_prev = t_query
         for r in range(width):
-            if k >= 0 and spent + per_radius[r] > max_probes:
-                limited[qi] = r
+            if k >= 0 and (spent + per_radius[r] > max_probes or per_radius[r] > n_codes):
+                if len(bdist) < n_codes:
+                    bdist = np.empty(n_codes, dtype=np.int16)
+                scanned_from[qi] = r
+                out_i, out_d, n_out, last = _finish_by_scan(
+                    xq, qi, r, k, n_out - start, bits, codes, offsets, ids, bdist, stats,
+                    out_i, out_d, n_out)
+                if with_clock:
+                    t_now = monotonic_ns()
+                    stats[4, qi, r] = t_now - t_prev  # the whole scan, charged to radius r
+                    t_prev = t_now
+                radii[qi] = last + 1
                 break
             spent += per_radius[r]
             seg = n_out
@@ -277,7 +331,8 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             n_out = start + k
         counts[qi] = n_out - start
         total_ns[qi] = t_prev - t_query
-    return counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns, limited
+    return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
+            scanned_from)
 
 
 def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
@@ -404,8 +459,11 @@ class IndexBase:
 class HammingIndex(IndexBase):
     """Single-table bucket search (hash lookup) over ``bits``-bit codes.
 
-    ``max_probes`` bounds ``sum_{r<=R} C(Q, r)`` of one query; beyond it a search raises
-    :class:`ProbeLimitError` (the planner then picks multi-index hashing or the linear scan).
+    ``max_probes`` bounds ``sum_{r<=R} C(Q, r)`` of one query: a range search beyond it raises
+    :class:`ProbeLimitError` (the planner then picks multi-index hashing or the linear scan);
+    a k-NN query that would pass it, or would probe more buckets in one radius than there are
+    distinct codes, ranks the distinct codes by a scan from that radius on (exact;
+    ``stats.scanned_from`` records the radius, and those radii show ``probes = 0``).
     """
 
     kind = "hamming"
@@ -451,16 +509,13 @@ class HammingIndex(IndexBase):
                 self.table.ids)
         lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
                                        self.threads)
-        limited = np.concatenate([r[3] for r in rest])
-        if (limited >= 0).any():
-            radius = int(limited[limited >= 0].max())
-            raise ProbeLimitError(self.probe_count(radius), self.max_probes, radius, self.bits)
         if not stats:
             return lims, D, I
         radii = np.concatenate([r[1] for r in rest])
         st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :max(int(radii.max(initial=0)), 1)]
-        return lims, D, I, SearchStats(*st, radii=radii,
-                                       total_ns=np.concatenate([r[2] for r in rest]))
+        out = SearchStats(*st, radii=radii, total_ns=np.concatenate([r[2] for r in rest]))
+        out.scanned_from = np.concatenate([r[3] for r in rest])
+        return lims, D, I, out
 
     def range_search(self, queries, max_distance: int, stats: bool = False):
         """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""

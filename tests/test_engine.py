@@ -72,17 +72,35 @@ def test_knn_matches_brute_force(cls, bits, n, k, seed):
     xb, ids, xq = make_data(bits, n, 6, seed)
     index = build(cls, bits, xb, ids)
     nD, nI = naive.knn(xq, xb, ids, bits, k)
-    try:
-        D, I = index.search(xq, k)
-    except ProbeLimitError as err:
-        # legitimate only if some query needs a radius whose ball exceeds the limit
-        assert cls is HammingIndex
-        dist = naive.hamming_matrix(xq, xb, bits)
-        needed = [np.sort(row)[min(k, len(row)) - 1] for row in dist]
-        assert max(index.probe_count(int(r)) for r in needed) > TEST_MAX_PROBES
-        assert err.probes > TEST_MAX_PROBES
-        return
+    D, I = index.search(xq, k)
     assert (D == nD).all() and (I == nI).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(bits=st.sampled_from(BITS), n=st.integers(1, 60), k=st.integers(1, 12),
+       seed=st.integers(0, 2**31))
+def test_knn_scan_fallback_is_exact_and_recorded(bits, n, k, seed):
+    """k-NN switches to ranking the distinct codes when a radius costs more probes than there
+    are codes (or passes max_probes): still exact, and the statistics say where."""
+    xb, ids, xq = make_data(bits, n, 6, seed)
+    index = build(HammingIndex, bits, xb, ids)
+    D, I, st_ = index.search(xq, k, stats=True)
+    nD, nI = naive.knn(xq, xb, ids, bits, k)
+    assert (D == nD).all() and (I == nI).all()
+    dist = naive.hamming_matrix(xq, xb, bits)
+    for q in range(len(xq)):
+        s = st_.scanned_from[q]
+        spent = 0
+        for r in range(st_.radii[q]):
+            if s < 0 or r < s:  # probed radius: exact C(Q, r)
+                assert st_.probes[q, r] == math.comb(bits, r)
+                spent += math.comb(bits, r)
+            else:
+                assert st_.probes[q, r] == 0
+            assert st_.items[q, r] == (dist[q] == r).sum()
+        if s >= 0:  # the switch happened for one of the two documented reasons
+            assert (spent + math.comb(bits, s) > TEST_MAX_PROBES
+                    or math.comb(bits, s) > len(np.unique(xb, axis=0)))
 
 
 @settings(max_examples=30, deadline=None)
