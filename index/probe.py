@@ -237,18 +237,27 @@ def _finish_by_scan(xq, qi, r, k, found, bits, codes, offsets, ids, bdist, stats
     while found + acc < k and cut < bits:
         cut += 1
         acc += hist[cut]
+    # counting sort of the buckets at distance r..cut into the (grown once) output buffers
+    out_i = _grow(out_i, n_out + acc)
+    out_d = _grow(out_d, n_out + acc)
+    fill = np.empty(cut + 2, dtype=np.int64)
+    fill[r] = n_out
     for d in range(r, cut + 1):
-        seg = n_out
-        nonempty = 0
-        for b in range(nu):
-            if bdist[b] == d:
-                nonempty += 1
-                out_i, out_d, n_out = _emit(b, d, offsets, ids, out_i, out_d, n_out)
-        if n_out - seg > 1:
-            out_i[seg:n_out] = np.sort(out_i[seg:n_out])
-        stats[1, qi, d] = nonempty
-        stats[3, qi, d] = n_out - seg
-    return out_i, out_d, n_out, cut
+        fill[d + 1] = fill[d] + hist[d]
+    for b in range(nu):
+        d = bdist[b]
+        if r <= d <= cut:
+            stats[1, qi, d] += 1
+            for t in range(offsets[b], offsets[b + 1]):
+                out_i[fill[d]] = ids[t]
+                out_d[fill[d]] = d
+                fill[d] += 1
+    for d in range(r, cut + 1):
+        lo = fill[d] - hist[d]
+        if hist[d] > 1:
+            out_i[lo:fill[d]] = np.sort(out_i[lo:fill[d]])
+        stats[3, qi, d] = hist[d]
+    return out_i, out_d, n_out + acc, cut
 
 
 @njit
