@@ -13,6 +13,7 @@ the compiled kernel at each radius boundary).
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -357,6 +358,19 @@ def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
     return out_d, out_i
 
 
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _chunk_pool() -> ThreadPoolExecutor:
+    """One process-wide pool for query chunks (threads are reused, not created per search)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max(default_threads(), 2),
+                                            thread_name_prefix="bucketsearch-chunk"))
+        return _POOL[0]
+
+
 def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
     """Run ``kernel(xq_chunk) -> (counts, D, I, *rest)`` over query chunks on a thread pool.
 
@@ -369,8 +383,10 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
         parts = [kernel(xq)]
     else:
         bounds = np.linspace(0, nq, min(threads, nq) + 1).astype(int)
-        with ThreadPoolExecutor(len(bounds) - 1) as pool:
-            parts = list(pool.map(lambda b: kernel(xq[b[0]:b[1]]), zip(bounds, bounds[1:])))
+        chunks = [xq[a:b] for a, b in zip(bounds, bounds[1:])]
+        # the first chunk runs on the calling thread, the others on the shared pool
+        futures = [_chunk_pool().submit(kernel, chunk) for chunk in chunks[1:]]
+        parts = [kernel(chunks[0])] + [f.result() for f in futures]
     counts = np.concatenate([p[0] for p in parts])
     lims = np.zeros(nq + 1, dtype=np.int64)
     np.cumsum(counts, out=lims[1:])

@@ -1,8 +1,9 @@
 """Radius and k-NN search with per-query, per-radius work counters."""
 from __future__ import annotations
 
-import json
 import time
+
+import orjson
 
 from fastapi import APIRouter, HTTPException, Response
 from starlette.concurrency import run_in_threadpool
@@ -124,7 +125,7 @@ def run_search(entry, body: SearchRequest, settings) -> Response:
     out["took_ms"] = (t_done - t_start) * 1e3
     # serialized here (the dict has exactly the SearchResponse shape): skips FastAPI's
     # re-validation of thousands of result rows
-    return Response(json.dumps(out, separators=(",", ":")), media_type="application/json",
+    return Response(orjson.dumps(out), media_type="application/json",
                     headers={"Server-Timing": (
                         f"parse;dur={(t_parsed - t_start) * 1e3:.3f}, "
                         f"search;dur={(t_searched - t_parsed) * 1e3:.3f}, "
