@@ -4,7 +4,7 @@
   measured per-radius lookup time against the probes of that radius,
   ``t0 = sum_j p_j t_j / sum_j p_j^2`` over every (query, radius) sample of every search since
   start (running sums, so exact over all of them; the formula of ``index.costmodel.fit_t0``,
-  :func:`fit_t0` here is the same function for when that module is absent).
+  which fits calibration samples).
 * the extended model: ``index.costmodel.fit_extended`` on the stats of the most recent searches
   (a bounded buffer of ``EXTENDED_BUFFER_ROWS`` queries).
 
@@ -21,19 +21,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from index.costmodel import fit_extended, fit_paper_model, fit_t0
+
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
 N_BUCKETS = SUB_BUCKETS * OCTAVES + 1
 EXTENDED_BUFFER_ROWS = 20_000
 MAX_PENDING = 1024  # queued searches folded in by the request that exceeds this
-
-
-def fit_t0(probes: np.ndarray, lookup_ns: np.ndarray) -> float | None:
-    """Least squares through the origin: ``argmin_t0 sum (t - t0 p)^2 = sum p t / sum p^2``."""
-    p = np.asarray(probes, dtype=np.float64)
-    t = np.asarray(lookup_ns, dtype=np.float64)
-    den = float(p @ p)
-    return float(p @ t) / den if den > 0 else None
 
 
 def bucket_of(ns: np.ndarray) -> np.ndarray:
@@ -136,10 +130,6 @@ class CostTracker:
 
     def extended(self) -> dict | None:
         """``index.costmodel.fit_extended`` over the recent searches (None before any)."""
-        try:
-            from index.costmodel import fit_extended
-        except ModuleNotFoundError:
-            return None
         self.drain()
         with self._lock:
             recent = list(self._recent)
@@ -193,18 +183,14 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int,
     main = live.state.main
     st = main.range_search(xq, radius, stats=True)[3]
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time()}
-    try:
-        from index.costmodel import fit_paper_model
-    except ModuleNotFoundError:
-        fit_paper_model = None
-    if fit_paper_model is not None and getattr(main, "kind", "") == "hamming":
+    if getattr(main, "kind", "") == "hamming":
         paper = fit_paper_model(st, live.bits, radius)
         t0 = paper.t0_ns
         info["paper_model"] = {"r2": _finite(paper.r2), "max_rel_error":
                                _finite(paper.max_rel_error)}
     else:
         valid = np.arange(st.probes.shape[1])[None, :] < st.radii[:, None]
-        t0 = fit_t0(st.probes[valid], st.lookup_ns[valid])
+        t0 = fit_t0(st.probes[valid], st.lookup_ns[valid]) or None
     tracker.set_calibration(t0, info)
     return t0
 

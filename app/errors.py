@@ -5,7 +5,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.registry import IndexExists, IndexNotFound
-from index.live import DuplicateIdError, ModeUnavailableError
+from index.live import DuplicateIdError
 from index.probe import ProbeLimitError
 
 
@@ -19,10 +19,6 @@ def install(app: FastAPI) -> None:
         return _json(400, str(exc), probes=int(exc.probes), limit=int(exc.limit),
                      radius=None if exc.radius is None else int(exc.radius),
                      hint="use mode 'mih' or 'auto', or a smaller radius")
-
-    @app.exception_handler(ModeUnavailableError)
-    async def mode_unavailable(request: Request, exc: ModeUnavailableError):
-        return _json(400, str(exc))
 
     @app.exception_handler(DuplicateIdError)
     async def duplicate(request: Request, exc: DuplicateIdError):

@@ -19,12 +19,10 @@ def warm_up(registry: Registry, settings: Settings) -> None:
     from index.probe import HammingIndex
     from index.scan import LinearScan
 
-    engines = [HammingIndex, LinearScan]
-    try:  # multi-index hashing (also one of the planner's paths)
-        from index.mih import MultiIndex
-        engines.append(lambda bits: MultiIndex(bits, substrings=2))
-    except ModuleNotFoundError:
-        pass
+    from index.mih import MultiIndex
+
+    # multi-index hashing is also one of the planner's paths
+    engines = [HammingIndex, LinearScan, lambda bits: MultiIndex(bits, substrings=2)]
     codes = np.array([[0], [1], [3]], dtype=np.uint64)
     for make in engines:
         idx = make(64)

@@ -33,6 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from index.codes import as_words, check_bits, n_words
+from index.mih import MultiIndex
+from index.planner import AutoIndex, make_index
+from index.probe import HammingIndex
+from index.scan import LinearScan
 from index.wal import Op, WriteAheadLog, fsync_dir, list_segments, replay
 
 log = logging.getLogger(__name__)
@@ -47,37 +51,8 @@ class DuplicateIdError(ValueError):
     """An inserted id is already live in the index (HTTP 409)."""
 
 
-class ModeUnavailableError(ValueError):
-    """The requested index mode has no engine yet (its module has not landed)."""
-
-
-def _engine():
-    from index.probe import HammingIndex
-    from index.scan import LinearScan
-    return HammingIndex, LinearScan
-
-
-def mode_available(mode: str) -> bool:
-    """Whether the engine for ``mode`` is importable in this build."""
-    if mode == "single":
-        return True
-    if mode == "mih":
-        try:
-            import index.mih  # noqa: F401
-        except ModuleNotFoundError:
-            return False
-        return True
-    if mode == "auto":
-        try:
-            import index.planner  # noqa: F401
-        except ModuleNotFoundError:
-            return False
-        return True
-    return False
-
-
 def check_mode(mode: str, bits: int, substrings: int | None) -> None:
-    """Validate ``mode``/``substrings``; raise ModeUnavailableError if its engine is missing."""
+    """Validate ``mode`` and ``substrings`` before anything is written."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if substrings is not None:
@@ -85,36 +60,17 @@ def check_mode(mode: str, bits: int, substrings: int | None) -> None:
             raise ValueError("substrings applies to mode 'mih' or 'auto' only, got mode 'single'")
         if not 1 <= substrings <= bits:
             raise ValueError(f"substrings must be in [1, bits={bits}], got {substrings}")
-    if not mode_available(mode):
-        raise ModeUnavailableError(
-            f"mode {mode!r} not available yet: its engine "
-            f"({'index/planner.py' if mode == 'auto' else 'index/mih.py'}) has not landed in "
-            "this build; allowed now: 'single'")
 
 
 def make_main_index(mode: str, bits: int, substrings: int | None, max_probes: int):
-    """An empty main index for ``mode``: the one place where the engines plug in."""
+    """An empty main index for ``mode`` (:func:`index.planner.make_index`)."""
     check_mode(mode, bits, substrings)
-    HammingIndex, _ = _engine()
-    if mode == "single":
-        return HammingIndex(bits, max_probes=max_probes)
-    if mode == "mih":
-        from index.mih import MultiIndex
-        return MultiIndex(bits, substrings=substrings, max_probes=max_probes)
-    from index.planner import AutoIndex
-    return AutoIndex(bits, substrings=substrings, max_probes=max_probes)
+    return make_index(bits, mode, substrings=substrings, max_probes=max_probes)
 
 
 def load_main_index(mode: str, path: Path, mmap: bool, max_probes: int):
-    HammingIndex, _ = _engine()
-    if mode == "single":
-        idx = HammingIndex.load(path, mmap=mmap)
-    elif mode == "mih":
-        from index.mih import MultiIndex
-        idx = MultiIndex.load(path, mmap=mmap)
-    else:
-        from index.planner import AutoIndex
-        idx = AutoIndex.load(path, mmap=mmap)
+    cls = {"single": HammingIndex, "mih": MultiIndex, "auto": AutoIndex}[mode]
+    idx = cls.load(path, mmap=mmap)
     idx.max_probes = max_probes
     return idx
 
@@ -169,7 +125,7 @@ class LiveState:
     """One consistent, immutable view: main index + delta segment + tombstones."""
 
     bits: int
-    main: object  # HammingIndex (or the mih engine)
+    main: object  # HammingIndex, MultiIndex or AutoIndex
     main_ids_sorted: np.ndarray
     delta: object | None  # LinearScan over delta_ids/delta_words, None when empty
     delta_ids: np.ndarray
@@ -409,7 +365,6 @@ class LiveIndex:
             tomb = np.union1d(tomb, np.fromiter(pending.tombstones, dtype=np.int64))
         delta = None
         if len(ids):
-            _, LinearScan = _engine()
             delta = LinearScan(self.bits)
             # ids were validated when written (unique, not live); _rebuild only sets the arrays,
             # where add() would re-check uniqueness at O(n log n) on every write

@@ -8,7 +8,7 @@ import pytest
 
 import naive
 from index.codes import pack_bits
-from index.live import DuplicateIdError, LiveIndex, ModeUnavailableError, check_mode
+from index.live import DuplicateIdError, LiveIndex, check_mode
 
 
 def _clustered(rng, n, bits, n_centers=8, flips=3):
@@ -177,8 +177,6 @@ def test_modes():
         check_mode("single", 64, 4)
     with pytest.raises(ValueError, match="mode must be one of"):
         check_mode("lsh", 64, None)
-    try:
-        import index.mih  # noqa: F401
-    except ModuleNotFoundError:
-        with pytest.raises(ModeUnavailableError, match="not available yet"):
-            check_mode("mih", 64, 4)
+    with pytest.raises(ValueError, match=r"substrings must be in \[1, bits=64\], got 65"):
+        check_mode("mih", 64, 65)
+    check_mode("mih", 64, 4)

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from app.costfit import CostTracker, bucket_of, bucket_upper_ns, fit_t0
+from app.costfit import CostTracker, bucket_of, bucket_upper_ns
 from index.probe import SearchStats
 
 
@@ -17,13 +17,6 @@ def _stats(lookup_ns, probes, radii, empty=None):
     empty = zeros if empty is None else np.asarray(empty, dtype=np.int64)
     return SearchStats(probes, probes - empty, empty, zeros.copy(), lookup_ns,
                        radii=np.asarray(radii), total_ns=lookup_ns.sum(axis=1))
-
-
-def test_fit_t0_through_the_origin():
-    assert fit_t0([1, 64, 2016], [3, 192, 6048]) == pytest.approx(3.0)
-    # sum p t / sum p^2 = (1*10 + 2*10) / (1 + 4)
-    assert fit_t0([1, 2], [10, 10]) == pytest.approx(6.0)
-    assert fit_t0([0, 0], [5, 7]) is None
 
 
 def test_histogram_buckets_bound_the_value():
