@@ -41,30 +41,26 @@ with up to r bits flipped, so radius-r queries find their source code.
 """
 
 
-def _positive_int(flag):
+def _int_at_least(flag, low):
+    """argparse type: an integer >= ``low``; the error names the flag, the value and the rule."""
     def parse(text):
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag} {text!r}: not an integer "
-                                             "(allowed: an integer >= 1)") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= 1")
+                                             f"(allowed: an integer >= {low})") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= {low}")
         return value
     return parse
+
+
+def _positive_int(flag):
+    return _int_at_least(flag, 1)
 
 
 def _nonneg_int(flag):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} {text!r}: not an integer "
-                                             "(allowed: an integer >= 0)") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= 0")
-        return value
-    return parse
+    return _int_at_least(flag, 0)
 
 
 def _positive_float(flag, allow_zero=False):
