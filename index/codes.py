@@ -136,25 +136,36 @@ def pack_bytes(packed, bits: int) -> np.ndarray:
     return _bits_to_words(np.unpackbits(arr, axis=1, count=bits))
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_hex(text: str) -> bool:
+    return _HEX_DIGITS.issuperset(text)
+
+
 def pack_hex(codes: Sequence[str], bits: int) -> np.ndarray:
     """Pack hex strings (``2 * ceil(Q/8)`` digits each, ``np.packbits`` byte order) to words."""
     bits = check_bits(bits)
     if isinstance(codes, str):
         raise TypeError("codes must be a sequence of hex strings, got a single str")
     width = 2 * n_bytes(bits)
-    buf = bytearray()
-    for row, text in enumerate(codes):
-        if not isinstance(text, str):
-            raise ValueError(f"code {row}: expected a hex string, got {type(text).__name__}")
-        if len(text) != width:
-            raise ValueError(f"code {row}: {text[:80]!r} has {len(text)} hex digits, "
-                             f"a {bits}-bit code needs exactly {width}")
-        try:
-            buf += bytes.fromhex(text)
-        except ValueError:
-            raise ValueError(f"code {row}: {text[:80]!r} is not a hex string "
-                             "(allowed: 0-9, a-f, A-F)") from None
-    arr = np.frombuffer(bytes(buf), dtype=np.uint8).reshape(len(codes), n_bytes(bits))
+    codes = list(codes)
+    try:
+        joined = "".join(codes)
+        raw = bytes.fromhex(joined) if len(joined) == width * len(codes) else b""
+    except (TypeError, ValueError):
+        raw = b""
+    if len(raw) != n_bytes(bits) * len(codes):  # find the first bad row, for the message
+        for row, text in enumerate(codes):
+            if not isinstance(text, str):
+                raise ValueError(f"code {row}: expected a hex string, got {type(text).__name__}")
+            if len(text) != width:
+                raise ValueError(f"code {row}: {text[:80]!r} has {len(text)} hex digits, "
+                                 f"a {bits}-bit code needs exactly {width}")
+            if not _is_hex(text):
+                raise ValueError(f"code {row}: {text[:80]!r} is not a hex string "
+                                 "(allowed: 0-9, a-f, A-F)")
+    arr = np.frombuffer(raw, dtype=np.uint8).reshape(len(codes), n_bytes(bits))
     try:
         return pack_bytes(arr, bits)
     except ValueError as exc:

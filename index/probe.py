@@ -377,9 +377,9 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
     Kernels release the GIL, so chunks run in parallel. Returns ``lims, D, I`` and the list of
     the chunks' remaining outputs.
     """
-    threads = threads or default_threads()
     nq = len(xq)
-    if threads <= 1 or nq < PARALLEL_MIN_QUERIES:
+    threads = 1 if nq < PARALLEL_MIN_QUERIES else threads or default_threads()
+    if threads <= 1:
         parts = [kernel(xq)]
     else:
         bounds = np.linspace(0, nq, min(threads, nq) + 1).astype(int)

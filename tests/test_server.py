@@ -423,3 +423,66 @@ def test_not_ready_until_loaded_and_a_corrupt_snapshot_keeps_it_not_ready(
             assert r.status_code == 503 and "not ready" in r.json()["detail"]
     finally:
         broken.kill()
+
+
+RAW = {"content-type": "application/octet-stream"}
+
+
+def test_octet_stream_search_and_binary_answer_equal_json(client, filled):
+    """The three wire forms of one search give the same results, equal to brute force."""
+    from app.encode import decode_results_binary
+
+    words, ids = filled
+    xq = np.concatenate([_data(2, 30), words[[3, 301]]])
+    packed = xq.astype(">u8").tobytes()
+    url = "/v1/indexes/main/search"
+    lims, D, I = naive.range_search(xq, words, ids, BITS, 2)
+    expected = [{"ids": I[a:b].tolist(), "distances": D[a:b].tolist()}
+                for a, b in zip(lims[:-1], lims[1:])]
+    as_json = client.post(url, json={"codes": to_hex(xq, BITS), "max_distance": 2})
+    as_raw = client.post(url + "?max_distance=2", content=packed, headers=RAW)
+    assert as_json.status_code == as_raw.status_code == 200, as_raw.text
+    assert as_json.json()["results"] == as_raw.json()["results"] == expected
+    binary = client.post(url + "?max_distance=2", content=packed,
+                         headers={**RAW, "accept": "application/octet-stream"})
+    assert binary.status_code == 200 and binary.headers["content-type"] == \
+        "application/octet-stream" and float(binary.headers["x-took-ms"]) > 0
+    got = decode_results_binary(binary.content)
+    assert [g.tolist() for g in got] == [lims.tolist(), D.tolist(), I.tolist()]
+    # k-NN and stats through the query string
+    Dk, Ik = naive.knn(xq, words, ids, BITS, 3)
+    r = client.post(url + "?k=3&stats=true", content=packed, headers=RAW)
+    assert r.status_code == 200, r.text
+    assert [res["ids"] for res in r.json()["results"]] == Ik.tolist()
+    assert len(r.json()["stats"]) == len(xq)
+    r = client.post(url, json={"codes": to_hex(xq, BITS), "k": 3},
+                    headers={"accept": "application/octet-stream, application/json"})
+    kl, kd, ki = decode_results_binary(r.content)
+    assert ki.reshape(len(xq), 3).tolist() == Ik.tolist() and kd.tolist() == Dk.ravel().tolist()
+
+
+def test_octet_stream_search_errors_name_the_field(client, filled):
+    url = "/v1/indexes/main/search"
+    code = b"\x00" * 8
+    cases = [
+        (url + "?max_distance=1", code + b"\x00", 400, "body: 9 bytes"),
+        (url + "?max_distance=1", b"", 400, "body: 0 bytes"),
+        (url, code, 400, "exactly one of"),
+        (url + "?max_distance=1&k=2", code, 400, "exactly one of"),
+        (url + "?max_distance=-1", code, 422, "max_distance"),
+        (url + "?max_distance=1", code * 1001, 413, "max_batch=1000"),
+    ]
+    for path, body, status, text in cases:
+        r = client.post(path, content=body, headers=RAW)
+        assert r.status_code == status and text in r.text, (path, r.status_code, r.text)
+    r = client.post(url + "?max_distance=1", json={"codes": ["00" * 8], "max_distance": 1})
+    assert r.status_code == 400 and r.json()["detail"].startswith("max_distance: query param")
+    r = client.post(url + "?max_distance=1", content=b"x", headers={"content-type": "text/csv"})
+    assert r.status_code == 415
+    r = client.post(url + "?max_distance=1&stats=true", content=code,
+                    headers={**RAW, "accept": "application/octet-stream"})
+    assert r.status_code == 400 and r.json()["detail"].startswith("stats:")
+    assert client.post("/v1/indexes", json={"name": "raw12", "bits": 12}).status_code == 201
+    r = client.post("/v1/indexes/raw12/search?max_distance=0", content=b"\x12\x3f", headers=RAW)
+    assert r.status_code == 400 and "padding" in r.json()["detail"] \
+        and r.json()["detail"].startswith("body:")

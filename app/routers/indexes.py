@@ -67,7 +67,7 @@ def delete_index(entry: EntryDep, registry: RegistryDep) -> Response:
     return Response(status_code=204)
 
 
-def _check_batch(n: int, settings, field: str) -> None:
+def check_batch(n: int, settings, field: str) -> None:
     if n > settings.max_batch:
         raise HTTPException(413, f"{field}: batch of {n} exceeds the limit max_batch="
                                  f"{settings.max_batch} (BUCKETSEARCH_MAX_BATCH)")
@@ -104,6 +104,17 @@ def parse_raw_items(body: bytes, bits: int, first_id: int | None):
     return ids, words
 
 
+def validate_json_body(model, body: bytes):
+    """``model`` from a JSON body; errors are FastAPI's 422 with ``loc`` under "body"."""
+    try:
+        return model.model_validate_json(body or b"null")
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_context=False)
+        for err in errors:
+            err["loc"] = ("body", *err["loc"])
+        raise RequestValidationError(errors, body=None) from None
+
+
 def parse_hex(codes: list[str], bits: int, field: str = "codes") -> np.ndarray:
     try:
         return pack_hex(codes, bits)
@@ -121,18 +132,12 @@ def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: Sett
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if ctype == "application/octet-stream":
         ids, words = parse_raw_items(body, entry.bits, first_id)
-        _check_batch(len(ids), settings, "body")
+        check_batch(len(ids), settings, "body")
     elif ctype in ("application/json", ""):
         if first_id is not None:
             raise ValueError("first_id: only allowed with Content-Type application/octet-stream")
-        try:
-            items = ItemsIn.model_validate_json(body or b"null")
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False, include_context=False)
-            for err in errors:
-                err["loc"] = ("body", *err["loc"])
-            raise RequestValidationError(errors, body=None) from None
-        _check_batch(len(items.codes), settings, "codes")
+        items = validate_json_body(ItemsIn, body)
+        check_batch(len(items.codes), settings, "codes")
         if len(items.ids) != len(items.codes):
             raise ValueError(f"ids: {len(items.ids)} ids for {len(items.codes)} codes "
                              "(one id per code)")
@@ -148,7 +153,7 @@ def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: Sett
 @router.post("/{name}/items/delete", response_model=WriteOut, dependencies=[WriteAuth])
 def delete_items(entry: EntryDep, body: DeleteIn, settings: SettingsDep) -> dict:
     """Delete items by id (unknown ids are ignored); tombstones until the next merge."""
-    _check_batch(len(body.ids), settings, "ids")
+    check_batch(len(body.ids), settings, "ids")
     n = entry.live.delete(np.asarray(body.ids, dtype=np.int64))
     return {"deleted": n, "size": entry.live.ntotal}
 

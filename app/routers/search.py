@@ -2,19 +2,23 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Annotated
 
+import numpy as np
 import orjson
-
-from fastapi import APIRouter, HTTPException, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import EntryDep, ReadAuth, SettingsDep
-from app.routers.indexes import parse_hex
+from app.deps import EntryDep, ReadAuth, settings_of
+from app.encode import knn_to_csr, results_binary, results_json
+from app.routers.indexes import check_batch, parse_hex, validate_json_body
 from app.schemas import SearchRequest, SearchResponse, error_responses
+from index.codes import n_bytes, pack_bytes
 from index.probe import ProbeLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"],
-                   responses=error_responses(400, 401, 403, 404, 413, 503))
+                   responses=error_responses(400, 401, 403, 404, 413, 415, 503))
 
 
 class RequestProbeLimit(ProbeLimitError):
@@ -46,87 +50,194 @@ def stats_records(st, t0: float | None) -> list[list[dict]]:
     return out
 
 
+SEARCH_LAYOUT = """\
+Two bodies are accepted (pick with Content-Type):
+
+* `application/json`: `{"codes": ["hex", ...], "max_distance": r}` (radius search, d <= r) or
+  `{"codes": [...], "k": k}` (k-NN), optionally `"stats": true`; one hex code per query
+  (2*ceil(bits/8) digits, np.packbits byte order: the first digit holds bits 0-3).
+* `application/octet-stream`: the query codes packed, `B = ceil(bits/8)` bytes each in
+  np.packbits layout (padding bits at the end of the last byte must be 0), so the body is
+  `nq * B` bytes; `max_distance` or `k`, and `stats`, go in the query string. No hex, no JSON
+  to parse: the cheapest way to send a large batch.
+
+The answer is JSON (one `{"ids", "distances"}` entry per query, in order, each ordered by
+(distance, id)), or with `Accept: application/octet-stream` (first media type listed) the same
+results in binary: `u64 nq | i64 lims[nq+1] | i64 ids[n] | i32 distances[n]`, little-endian,
+`n = lims[nq]`, query q's results at `lims[q]:lims[q+1]` (faiss's range_search layout; no
+`stats` in that form)."""
+
+SEARCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": SearchRequest.model_json_schema()},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+
+
+@dataclass(frozen=True)
+class SearchJob:
+    """A parsed search request: packed query words and what to do with them."""
+
+    xq: np.ndarray
+    max_distance: int | None
+    k: int | None
+    stats: bool
+    binary: bool  # answer in BINARY_LAYOUT instead of JSON
+    parse_s: float  # seconds spent decoding the body
+
+
+def wants_binary(accept: str) -> bool:
+    """True when the first media type of the Accept header is application/octet-stream."""
+    return accept.split(",")[0].split(";")[0].strip().lower() == "application/octet-stream"
+
+
+def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
+                 binary: bool = False) -> SearchJob:
+    """Decode a search body of either Content-Type (see SEARCH_LAYOUT) into a SearchJob."""
+    t = time.perf_counter()
+    if ctype == "application/octet-stream":
+        nb = n_bytes(bits)
+        if not body or len(body) % nb:
+            raise ValueError(f"body: {len(body)} bytes is not a positive multiple of {nb} (one "
+                             f"packed {bits}-bit code per query)")
+        check_batch(len(body) // nb, settings, "body")
+        if (params["max_distance"] is None) == (params["k"] is None):
+            raise ValueError("max_distance: give exactly one of the query parameters "
+                             "max_distance (radius search) or k (k-NN)")
+        try:
+            xq = pack_bytes(np.frombuffer(body, dtype=np.uint8).reshape(-1, nb), bits)
+        except ValueError as exc:
+            raise ValueError(f"body: {exc}") from None
+        job = SearchJob(xq, params["max_distance"], params["k"], params["stats"], binary,
+                        time.perf_counter() - t)
+    elif ctype in ("application/json", ""):
+        given = [name for name, value in params.items() if value not in (None, False)]
+        if given:
+            raise ValueError(f"{given[0]}: query parameters are only read with Content-Type "
+                             "application/octet-stream; put it in the JSON body")
+        req = validate_json_body(SearchRequest, body)
+        check_batch(len(req.codes), settings, "codes")
+        job = SearchJob(parse_hex(req.codes, bits), req.max_distance, req.k, req.stats, binary,
+                        time.perf_counter() - t)
+    else:
+        raise HTTPException(415, f"Content-Type {ctype!r} is not supported; allowed: "
+                                 "application/json, application/octet-stream")
+    if job.binary and job.stats:
+        raise ValueError("stats: the per-radius counters come only in the JSON answer; drop "
+                         "'Accept: application/octet-stream' or stats")
+    return job
+
+
 #: A radius search of at most this many probes in total runs on the event loop itself: the hop
 #: to the thread pool (tens to hundreds of microseconds) would cost more than the search.
 INLINE_MAX_PROBES = 5_000
-INLINE_MAX_QUERIES = 8
+INLINE_MAX_BODY = 1_024  # bytes of a request parsed on the event loop (a handful of codes)
 INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
 
 
-@router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth])
-async def search(entry: EntryDep, body: SearchRequest, settings: SettingsDep) -> Response:
+def runs_inline(entry, job: SearchJob) -> bool:
+    """Microseconds of work: few probes, no planner, a small delta."""
+    if job.max_distance is None or not 0 <= job.max_distance <= min(entry.bits, 3) \
+            or entry.mode == "auto":
+        return False
+    state = entry.live.state
+    return len(state.delta_ids) <= INLINE_MAX_DELTA \
+        and len(job.xq) * state.main.probe_count(job.max_distance) <= INLINE_MAX_PROBES
+
+
+@router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth],
+             responses={200: {"description": "results (JSON, or binary with Accept: "
+                                             "application/octet-stream)",
+                              "content": {"application/octet-stream": {
+                                  "schema": {"type": "string", "format": "binary"}}}}},
+             openapi_extra=SEARCH_BODY, description=SEARCH_LAYOUT)
+async def search(
+        entry: EntryDep, request: Request,
+        max_distance: Annotated[int | None, Query(
+            ge=0, le=256, description="octet-stream only: radius search, d <= r")] = None,
+        k: Annotated[int | None, Query(ge=1, description="octet-stream only: k-NN")] = None,
+        stats: Annotated[bool, Query(description="octet-stream only: per-radius counters")]
+        = False) -> Response:
     """A batch of radius (``max_distance``, inclusive) or k-NN (``k``) queries.
 
-    Small radius searches (at most INLINE_MAX_QUERIES queries, INLINE_MAX_PROBES probes in all
-    and INLINE_MAX_DELTA delta items, i.e. microseconds of work) run inline; everything else
-    runs in the thread pool (the kernels release the GIL, so searches run in parallel).
+    Small requests (at most INLINE_MAX_BODY bytes, INLINE_MAX_PROBES probes in all and
+    INLINE_MAX_DELTA delta items, i.e. microseconds of work) run inline; everything else is
+    parsed and searched in the thread pool (the kernels release the GIL, so searches run in
+    parallel).
 
     Results per query are ordered by (distance, id). With ``stats: true`` every query gets,
     per radius searched in the main table, ``probes, nonempty_buckets, empty_buckets, items,
     lookup_ns`` (in-kernel clock) and ``modeled_ns = t0 * probes``. Items inserted since the
     last merge (the delta segment) are scanned linearly and are not in these counters.
     """
-    nq = len(body.codes)
-    if body.max_distance is not None and nq <= INLINE_MAX_QUERIES \
-            and 0 <= body.max_distance <= entry.bits:
-        state = entry.live.state
-        if body.max_distance <= 3 and entry.mode != "auto" \
-                and len(state.delta_ids) <= INLINE_MAX_DELTA \
-                and nq * state.main.probe_count(body.max_distance) <= INLINE_MAX_PROBES:
-            return run_search(entry, body, settings)
-    return await run_in_threadpool(run_search, entry, body, settings)
-
-
-def run_search(entry, body: SearchRequest, settings) -> Response:
     t_start = time.perf_counter()
-    nq = len(body.codes)
-    if nq > settings.max_batch:
-        raise HTTPException(413, f"codes: batch of {nq} queries exceeds the limit max_batch="
-                                 f"{settings.max_batch} (BUCKETSEARCH_MAX_BATCH)")
-    xq = parse_hex(body.codes, entry.bits)
+    settings = settings_of(request)
+    body = await request.body()
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    params = {"max_distance": max_distance, "k": k, "stats": stats}
+    binary = wants_binary(request.headers.get("accept", ""))
+    if len(body) <= INLINE_MAX_BODY:
+        job = parse_search(body, ctype, entry.bits, settings, params, binary)
+        if runs_inline(entry, job):
+            return run_search(entry, job, settings, t_start)
+        return await run_in_threadpool(run_search, entry, job, settings, t_start)
+
+    def parse_and_run():
+        job = parse_search(body, ctype, entry.bits, settings, params, binary)
+        return run_search(entry, job, settings, t_start)
+    return await run_in_threadpool(parse_and_run)
+
+
+def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
     t_parsed = time.perf_counter()
+    nq = len(job.xq)
     live = entry.live
-    if body.k is not None:
-        if body.k > settings.max_k:
-            raise ValueError(f"k: {body.k} exceeds the limit max_k={settings.max_k}")
+    if job.k is not None:
+        if job.k > settings.max_k:
+            raise ValueError(f"k: {job.k} exceeds the limit max_k={settings.max_k}")
         # the request's probe budget, shared by its queries, caps each query's k-NN growth
         per_query = max(settings.max_request_probes // nq, 1)
-        D, I, st = live.search(xq, body.k, stats=True, max_probes=per_query)
-        ids, dists = I.tolist(), D.tolist()
-        results = []
-        for row_i, row_d in zip(ids, dists):
-            n = len(row_i)
-            while n and row_i[n - 1] < 0:
-                n -= 1
-            results.append({"ids": row_i[:n], "distances": row_d[:n]})
+        D, I, st = live.search(job.xq, job.k, stats=True, max_probes=per_query)
+        lims, D, I = knn_to_csr(D, I)
     else:
-        live.check_radius(body.max_distance)
+        live.check_radius(job.max_distance)
         main = live.state.main
-        per_query = main.probe_count(body.max_distance)
+        per_query = main.probe_count(job.max_distance)
         if entry.mode != "auto" and per_query <= main.max_probes \
                 and nq * per_query > settings.max_request_probes:
             raise RequestProbeLimit(nq, per_query, settings.max_request_probes)
-        lims, D, I, st = live.range_search(xq, body.max_distance, stats=True)
+        lims, D, I, st = live.range_search(job.xq, job.max_distance, stats=True)
         total = int(lims[-1])
         if total > settings.max_results:
-            raise ValueError(f"max_distance: radius {body.max_distance} returns {total} ids, "
+            raise ValueError(f"max_distance: radius {job.max_distance} returns {total} ids, "
                              f"more than max_results={settings.max_results}; use a smaller "
                              "radius, fewer queries, or k")
-        ids, dists, bounds = I.tolist(), D.tolist(), lims.tolist()
-        results = [{"ids": ids[a:b], "distances": dists[a:b]}
-                   for a, b in zip(bounds[:-1], bounds[1:])]
     t_searched = time.perf_counter()
     entry.cost.observe(st)
-    out = {"results": results}
-    if body.stats:
-        out["stats"] = stats_records(st, entry.cost.t0()[0]) if st is not None \
-            else [[] for _ in range(nq)]
+    if job.binary:
+        out = [results_binary(lims, D, I)]
+        media_type = "application/octet-stream"
+    else:
+        out = [b'{"results":', results_json(lims, D, I)]
+        if job.stats:
+            records = stats_records(st, entry.cost.t0()[0]) if st is not None \
+                else [[] for _ in range(nq)]
+            out += [b',"stats":', orjson.dumps(records)]
+        media_type = "application/json"
     t_done = time.perf_counter()
-    out["took_ms"] = (t_done - t_start) * 1e3
-    # serialized here (the dict has exactly the SearchResponse shape): skips FastAPI's
-    # re-validation of thousands of result rows
-    return Response(orjson.dumps(out), media_type="application/json",
+    took_ms = (t_done - t_start) * 1e3
+    if not job.binary:
+        out += [b',"took_ms":', orjson.dumps(took_ms), b"}"]
+    # written here (the bytes have exactly the SearchResponse shape): skips FastAPI's
+    # re-validation and Python lists of thousands of result rows
+    return Response(b"".join(out), media_type=media_type,
                     headers={"Server-Timing": (
-                        f"parse;dur={(t_parsed - t_start) * 1e3:.3f}, "
+                        f"parse;dur={job.parse_s * 1e3:.3f}, "
+                        f"queue;dur={(t_parsed - t_start - job.parse_s) * 1e3:.3f}, "
                         f"search;dur={(t_searched - t_parsed) * 1e3:.3f}, "
-                        f"format;dur={(t_done - t_searched) * 1e3:.3f}")})
+                        f"format;dur={(t_done - t_searched) * 1e3:.3f}"),
+                        "X-Took-Ms": f"{took_ms:.3f}"})
