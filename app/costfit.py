@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from index.costmodel import fit_extended, fit_paper_model, fit_t0
+from index.probe import SearchStats
 
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
@@ -81,19 +82,19 @@ class CostTracker:
                 self.drain()
 
     def drain(self) -> None:
-        """Fold every queued SearchStats into the histograms and the t0 sums."""
+        """Fold every queued SearchStats into the histograms and the t0 sums (one numpy pass
+        over all of them)."""
         with self._lock:
-            while True:
-                try:
-                    st = self._pending.popleft()
-                except IndexError:
-                    return
-                self._fold(st)
+            batch = []
+            while self._pending:
+                batch.append(self._pending.popleft())
+            if batch:
+                self._fold(batch)
 
-    def _fold(self, st) -> None:
-        width = st.probes.shape[1]
+    def _fold(self, batch: list) -> None:
+        st = SearchStats.concat(batch) if len(batch) > 1 else batch[0]
         radii = np.asarray(st.radii)
-        for r in range(width):
+        for r in range(st.probes.shape[1]):
             reached = radii > r
             if not reached.any():
                 continue
@@ -108,8 +109,9 @@ class CostTracker:
             rec.sum_ns += float(t.sum())
             rec.probes_total += int(st.probes[reached, r].sum())
             rec.empty_total += int(st.empty_buckets[reached, r].sum())
-        self._recent.append(st)
-        self._recent_rows += len(radii)
+        for one in batch:
+            self._recent.append(one)
+            self._recent_rows += len(one.radii)
         while self._recent_rows > EXTENDED_BUFFER_ROWS and len(self._recent) > 1:
             self._recent_rows -= len(self._recent.pop(0).radii)
 

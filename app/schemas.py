@@ -98,9 +98,17 @@ class SearchResult(BaseModel):
     distances: list[int]
 
 
+class DeltaScan(BaseModel):
+    items: int = Field(description="delta items (inserted since the last merge) scanned "
+                       "linearly by each query")
+    scan_ns: int = Field(description="wall-clock ns of the delta scan for the whole batch")
+
+
 class SearchResponse(BaseModel):
     results: list[SearchResult]
     stats: list[list[RadiusStats]] | None = None
+    delta: DeltaScan | None = Field(None, description="with stats: the delta segment's scan, "
+                                    "which has no buckets and is not in the per-radius stats")
     took_ms: float
 
 

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,10 +167,19 @@ class LiveState:
             st = res[3] if stats else None
             parts.append(_csr_parts(lims, D, I, self.tombstones))
         if self.delta is not None:
+            t = time.perf_counter_ns()
             lims, D, I = self.delta.range_search(xq, radius)
+            self._note_delta(st, time.perf_counter_ns() - t)
             parts.append(_csr_parts(lims, D, I, None))
         lims, D, I = merge_sorted(nq, parts)
         return lims, D, I, st
+
+    def _note_delta(self, st, scan_ns: int) -> None:
+        """Record the delta's linear scan on the stats: it has no buckets, so it is not in the
+        per-radius counters; ``delta_items`` items were scanned per query in ``delta_ns`` (the
+        whole batch, wall clock)."""
+        if st is not None:
+            st.delta_items, st.delta_ns = len(self.delta_ids), int(scan_ns)
 
     def search(self, xq: np.ndarray, k: int, stats: bool = False,
                max_probes: int | None = None):
@@ -184,9 +194,12 @@ class LiveState:
         nq = len(xq)
         parts, st_parts = [], []
         bound = np.full(nq, -1, dtype=np.int64)
+        delta_ns = 0
         if self.delta is not None:
             kd = min(k, len(self.delta_ids))
+            t = time.perf_counter_ns()
             Dd, Id = self.delta.search(xq, kd)
+            delta_ns = time.perf_counter_ns() - t
             parts.append(_knn_parts(Dd, Id, None))
             if kd == k:
                 bound = Dd[:, k - 1].astype(np.int64)
@@ -232,6 +245,8 @@ class LiveState:
         D_out[qs, rank[keep]] = d[keep]
         I_out[qs, rank[keep]] = i[keep]
         st = _assemble_stats(nq, st_parts) if stats and st_parts else None
+        if self.delta is not None:
+            self._note_delta(st, delta_ns)
         return D_out, I_out, st
 
 

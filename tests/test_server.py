@@ -82,6 +82,9 @@ def test_radius_search_matches_brute_force_with_stats(client, filled):
             assert s["nonempty_buckets"] + s["empty_buckets"] == s["probes"]
             assert s["lookup_ns"] >= 0 and s["modeled_ns"] > 0
     assert "search;dur=" in r.headers["server-timing"] and out["took_ms"] > 0
+    delta_size = client.get("/v1/indexes/main").json()["delta_size"]
+    assert delta_size > 0 and out["delta"]["items"] == delta_size  # not merged yet
+    assert out["delta"]["scan_ns"] > 0 and "delta;dur=" in r.headers["server-timing"]
 
 
 def test_knn_matches_brute_force(client, filled):

@@ -172,7 +172,9 @@ async def search(
     Results per query are ordered by (distance, id). With ``stats: true`` every query gets,
     per radius searched in the main table, ``probes, nonempty_buckets, empty_buckets, items,
     lookup_ns`` (in-kernel clock) and ``modeled_ns = t0 * probes``. Items inserted since the
-    last merge (the delta segment) are scanned linearly and are not in these counters.
+    last merge (the delta segment) are scanned linearly, not probed: ``delta`` gives the items
+    scanned per query and the scan's wall-clock ns for the batch (also ``delta`` in
+    Server-Timing).
     """
     t_start = time.perf_counter()
     settings = settings_of(request)
@@ -226,7 +228,8 @@ def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
         if job.stats:
             records = stats_records(st, entry.cost.t0()[0]) if st is not None \
                 else [[] for _ in range(nq)]
-            out += [b',"stats":', orjson.dumps(records)]
+            out += [b',"stats":', orjson.dumps(records), b',"delta":', orjson.dumps(
+                {"items": st.delta_items, "scan_ns": st.delta_ns} if st is not None else None)]
         media_type = "application/json"
     t_done = time.perf_counter()
     took_ms = (t_done - t_start) * 1e3
@@ -239,5 +242,7 @@ def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
                         f"parse;dur={job.parse_s * 1e3:.3f}, "
                         f"queue;dur={(t_parsed - t_start - job.parse_s) * 1e3:.3f}, "
                         f"search;dur={(t_searched - t_parsed) * 1e3:.3f}, "
-                        f"format;dur={(t_done - t_searched) * 1e3:.3f}"),
+                        f"format;dur={(t_done - t_searched) * 1e3:.3f}"
+                        + (f", delta;dur={st.delta_ns * 1e-6:.3f}" if st is not None
+                           and st.delta_items else "")),
                         "X-Took-Ms": f"{took_ms:.3f}"})
