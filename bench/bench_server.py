@@ -5,8 +5,9 @@
    ``HammingIndex.range_search`` in this process on the same codes. Reported as queries per
    second and their ratio (acceptance: HTTP >= 70% of in-process) for three keep-alive clients:
    ``httpx_json`` (httpx, JSON body of hex codes), ``stdlib_json`` (http.client, the same JSON
-   body, orjson) and ``stdlib_raw`` (http.client, octet-stream body of packed codes, orjson).
-   Every client's answers are checked equal to the in-process ids.
+   body, orjson), ``stdlib_raw`` (http.client, octet-stream body of packed codes, JSON answer
+   decoded with orjson) and ``stdlib_binary`` (octet-stream both ways: ``Accept:
+   application/octet-stream``). Every client's answers are checked equal to the in-process ids.
 2. Latency: one radius-1 query per request, p50 over many requests, vs the in-process p50 of
    ``range_search`` on one query (acceptance: HTTP p50 <= in-process p50 + 1 ms), same clients.
 
@@ -39,6 +40,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.encode import decode_results_binary  # noqa: E402
 from index.codes import to_hex  # noqa: E402
 from index.probe import HammingIndex  # noqa: E402
 
@@ -133,10 +135,8 @@ def main() -> int:
             r.raise_for_status()
             load_s = time.perf_counter() - t
             assert r.json()["main_size"] == args.n
-            # three clients, each a keep-alive connection: httpx with a JSON body (what most
-            # Python users write), the standard library's http.client with a JSON body and
-            # orjson decoding, and http.client with the raw octet-stream body (packed codes,
-            # radius in the query string). The response is the same JSON for all three.
+            # four clients on keep-alive connections (see the module docstring); the answer is
+            # JSON except for stdlib_binary
             lean = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
             lean.connect()
             lean.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -147,12 +147,17 @@ def main() -> int:
                 r.raise_for_status()
                 return r.json()["results"], r.headers["server-timing"]
 
-            def via_stdlib(path, body, ctype):
-                lean.request("POST", path, body, {"Content-Type": ctype})
+            def via_stdlib(path, body, ctype, accept="application/json"):
+                lean.request("POST", path, body, {"Content-Type": ctype, "Accept": accept})
                 r = lean.getresponse()
                 raw = r.read()
                 assert r.status == 200, raw[:300]
-                return orjson.loads(raw)["results"], r.getheader("server-timing")
+                if accept == "application/octet-stream":
+                    lims, _, ids = decode_results_binary(raw)
+                    results = [{"ids": ids[a:b]} for a, b in zip(lims[:-1], lims[1:])]
+                else:
+                    results = orjson.loads(raw)["results"]
+                return results, r.getheader("server-timing")
 
             def via_stdlib_json(hexes, packed, radius):
                 return via_stdlib(url, orjson.dumps({"codes": hexes, "max_distance": radius}),
@@ -162,12 +167,16 @@ def main() -> int:
                 return via_stdlib(f"{url}?max_distance={radius}", packed.astype(">u8").tobytes(),
                                   "application/octet-stream")
 
+            def via_stdlib_binary(hexes, packed, radius):
+                return via_stdlib(f"{url}?max_distance={radius}", packed.astype(">u8").tobytes(),
+                                  "application/octet-stream", "application/octet-stream")
+
             clients = {"httpx_json": via_httpx, "stdlib_json": via_stdlib_json,
-                       "stdlib_raw": via_stdlib_raw}
+                       "stdlib_raw": via_stdlib_raw, "stdlib_binary": via_stdlib_binary}
             for name, send in clients.items():
                 for _ in range(3):  # warm-up, and every client gets the in-process results
                     results, _ = send(batch_hex, batch_q, 2)
-                assert [res["ids"] for res in results] == expected_ids, name
+                assert [list(res["ids"]) for res in results] == expected_ids, name
 
             # interleaved A/B timing (in-process, then each client, repeated) so that load from
             # other processes on the machine hits every side alike
@@ -226,16 +235,16 @@ def main() -> int:
           f"HTTP load + merge {load_s:.1f} s); load average {os.getloadavg()[0]:.2f}")
     print(f"batch of {args.batch} radius-2 queries, median of {args.batch_repeats} "
           "(acceptance: HTTP >= 0.70 of in-process q/s):")
-    print(f"  {'in_process':12s} {b['median_ms']['in_process']:8.2f} ms "
+    print(f"  {'in_process':13s} {b['median_ms']['in_process']:8.2f} ms "
           f"{b['qps']['in_process']:10,.0f} q/s")
     for name in clients:
-        print(f"  {name:12s} {b['median_ms'][name]:8.2f} ms {b['qps'][name]:10,.0f} q/s  "
+        print(f"  {name:13s} {b['median_ms'][name]:8.2f} ms {b['qps'][name]:10,.0f} q/s  "
               f"ratio {b['ratio_over_in_process'][name]:.2f}")
     print(f"  server parts, stdlib_raw (ms, median): {b['server_timing_median_ms_stdlib_raw']}")
     print("single radius-1 query p50 (acceptance: HTTP <= in-process + 1 ms):")
-    print(f"  {'in_process':12s} {s['p50_ms']['in_process']:8.3f} ms")
+    print(f"  {'in_process':13s} {s['p50_ms']['in_process']:8.3f} ms")
     for name in clients:
-        print(f"  {name:12s} {s['p50_ms'][name]:8.3f} ms  "
+        print(f"  {name:13s} {s['p50_ms'][name]:8.3f} ms  "
               f"+{s['p50_minus_in_process_ms'][name]:.3f} ms")
     print(f"written {args.out}")
     return 0

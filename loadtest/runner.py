@@ -28,7 +28,6 @@ asyncio's millisecond-rounded-up timers suit the open-loop scheduler better, see
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing as mp
 import os
 import time
@@ -36,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 import numpy as np
+import orjson
 
 from loadtest.stats import QueryStats, RequestResult
 from loadtest.workload import Workload
@@ -144,7 +144,7 @@ def make_client(url: str, max_connections: int, timeout: float,
 
 
 def _parse_response(res: RequestResult, content: bytes) -> None:
-    data = json.loads(content)
+    data = orjson.loads(content)
     results = data.get("results") or []
     res.n_results = sum(len(r.get("ids", ())) for r in results)
     stats = data.get("stats")
