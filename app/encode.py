@@ -49,6 +49,17 @@ def _put_int(out, pos, value):
     return pos + n
 
 
+@njit(inline="always")
+def _put_ints(out, pos, values, a, b):
+    """``values[a:b]`` comma-separated."""
+    for j in range(a, b):
+        if j > a:
+            out[pos] = 44  # ','
+            pos += 1
+        pos = _put_int(out, pos, values[j])
+    return pos
+
+
 @njit
 def _csr_json(lims, D, I, head, mid, tail):
     nq = len(lims) - 1
@@ -62,17 +73,9 @@ def _csr_json(lims, D, I, head, mid, tail):
             out[pos] = 44  # ','
             pos += 1
         pos = _put(out, pos, head)
-        for j in range(lims[q], lims[q + 1]):
-            if j > lims[q]:
-                out[pos] = 44
-                pos += 1
-            pos = _put_int(out, pos, I[j])
+        pos = _put_ints(out, pos, I, lims[q], lims[q + 1])
         pos = _put(out, pos, mid)
-        for j in range(lims[q], lims[q + 1]):
-            if j > lims[q]:
-                out[pos] = 44
-                pos += 1
-            pos = _put_int(out, pos, D[j])
+        pos = _put_ints(out, pos, D, lims[q], lims[q + 1])
         pos = _put(out, pos, tail)
     out[pos] = 93  # ']'
     return out[:pos + 1]
@@ -93,21 +96,18 @@ def knn_to_csr(D: np.ndarray, I: np.ndarray):
     return lims, D[keep], I[keep]
 
 
-#: ``Accept: application/octet-stream`` answer of a search: ``u64 nq | i64 lims[nq + 1] |
-#: i64 ids[n] | i32 distances[n]``, little-endian, ``n = lims[nq]``; query ``q``'s results are
-#: ``ids[lims[q]:lims[q + 1]]``, ordered by (distance, id).
-BINARY_LAYOUT = "u64 nq | i64 lims[nq+1] | i64 ids[n] | i32 distances[n], little-endian, n = lims[nq]"
-
-
 def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
-    """CSR results in the BINARY_LAYOUT (no per-query objects at all)."""
+    """The ``Accept: application/octet-stream`` answer of a search: ``u64 nq | i64 lims[nq+1]
+    | i64 ids[n] | i32 distances[n]``, little-endian, ``n = lims[nq]``; query ``q``'s results
+    are ``ids[lims[q]:lims[q+1]]``, ordered by (distance, id)."""
     nq = len(lims) - 1
     return b"".join((np.uint64(nq).astype("<u8").tobytes(), lims.astype("<i8").tobytes(),
                      I.astype("<i8").tobytes(), D.astype("<i4").tobytes()))
 
 
 def decode_results_binary(buf: bytes):
-    """``(lims, D, I)`` from a BINARY_LAYOUT answer; ValueError when the sizes do not add up."""
+    """``(lims, D, I)`` from a :func:`results_binary` answer; ValueError when the sizes do not
+    add up."""
     if len(buf) < 16:
         raise ValueError(f"binary results: {len(buf)} bytes, fewer than the 16 of an empty answer")
     nq = int(np.frombuffer(buf, dtype="<u8", count=1)[0])

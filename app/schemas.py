@@ -211,3 +211,11 @@ def error_responses(*codes: int) -> dict:
             "read-only server)", 413: "body or batch too large", 415: "unsupported Content-Type",
             503: "starting: indexes loading or kernels compiling (see /readyz)"}
     return {code: {"model": ErrorOut, "description": text[code]} for code in codes}
+
+
+def json_or_octet_body(model: type[BaseModel]) -> dict:
+    """``openapi_extra`` of an endpoint that reads its body itself: ``model`` as JSON, or raw
+    ``application/octet-stream`` bytes."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": model.model_json_schema()},
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}

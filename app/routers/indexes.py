@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from app.deps import BodyBytes, EntryDep, ReadAuth, RegistryDep, SettingsDep, WriteAuth
 from app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
-                         WriteOut, error_responses)
+                         WriteOut, error_responses, json_or_octet_body)
 from index.codes import n_bytes, pack_bytes, pack_hex
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
@@ -32,15 +32,7 @@ Ids are non-negative int64, unique in the batch and not already in the index (40
 The response comes only after the write-ahead-log record is fsynced: an acknowledged write
 survives a crash."""
 
-ITEMS_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": ItemsIn.model_json_schema()},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-        },
-    }
-}
+ITEMS_BODY = json_or_octet_body(ItemsIn)
 
 
 @router.post("", status_code=201, response_model=IndexInfo, dependencies=[WriteAuth])

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from app.deps import EntryDep, ReadAuth, settings_of
 from app.encode import knn_to_csr, results_binary, results_json
 from app.routers.indexes import check_batch, parse_hex, validate_json_body
-from app.schemas import SearchRequest, SearchResponse, error_responses
+from app.schemas import SearchRequest, SearchResponse, error_responses, json_or_octet_body
 from index.codes import n_bytes, pack_bytes
 from index.probe import ProbeLimitError
 
@@ -67,15 +67,7 @@ results in binary: `u64 nq | i64 lims[nq+1] | i64 ids[n] | i32 distances[n]`, li
 `n = lims[nq]`, query q's results at `lims[q]:lims[q+1]` (faiss's range_search layout; no
 `stats` in that form)."""
 
-SEARCH_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": SearchRequest.model_json_schema()},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-        },
-    }
-}
+SEARCH_BODY = json_or_octet_body(SearchRequest)
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,7 @@ class SearchJob:
     max_distance: int | None
     k: int | None
     stats: bool
-    binary: bool  # answer in BINARY_LAYOUT instead of JSON
+    binary: bool  # answer with app.encode.results_binary instead of JSON
     parse_s: float  # seconds spent decoding the body
 
 
@@ -135,7 +127,7 @@ def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
 #: A radius search of at most this many probes in total runs on the event loop itself: the hop
 #: to the thread pool (tens to hundreds of microseconds) would cost more than the search.
 INLINE_MAX_PROBES = 5_000
-INLINE_MAX_BODY = 1_024  # bytes of a request parsed on the event loop (a handful of codes)
+INLINE_MAX_BODY = 1_024  # bytes of a body parsed on the event loop (a handful of codes)
 INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
 
 
