@@ -261,6 +261,9 @@ def test_body_and_batch_limits(client, filled):
     r = client.post("/v1/indexes/main/items", content=chunks(),
                     headers={"content-type": "application/octet-stream"})
     assert r.status_code == 413
+    r = client.post("/v1/indexes/main/search?max_distance=0", content=chunks(),
+                    headers={"content-type": "application/octet-stream"})
+    assert r.status_code == 413
     r = client.post("/v1/indexes/main/search", json={"codes": ["00" * 8] * 1001,
                                                      "max_distance": 0})
     assert r.status_code == 413 and "max_batch=1000" in r.json()["detail"]
