@@ -45,10 +45,11 @@ import threading
 
 import numpy as np
 
-from index._jit import monotonic_ns, njit, popcount64
+from index._jit import monotonic_ns, njit
 from index.codes import check_bits, n_words, word_widths
 from index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                          SearchStats, _grow, _probe_radius_word, run_chunked)
+from index.scan import _distance
 from index.table import BucketTable, _sort_order
 
 MAX_SUBSTRING_BITS = 64
@@ -138,14 +139,6 @@ def _substrings(words, starts, widths, word_width):
 
 
 @njit(inline="always")
-def _full_distance(xq, qi, words, p, W):
-    d = 0
-    for w in range(W):
-        d += popcount64(xq[qi, w] ^ words[p, w])
-    return d
-
-
-@njit(inline="always")
 def _sort_ids(a, lo, hi):
     """Sort ``a[lo:hi]`` in place: insertion sort for short runs (no allocation), else np.sort."""
     if hi - lo > 32:
@@ -223,7 +216,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                     for p in range(ntotal):
                         if stamps[p] != stamp:
                             stamps[p] = stamp
-                            d = _full_distance(xq, qi, words, p, W)
+                            d = _distance(xq, qi, words, p, W)
                             if n_cand < len(cand_p):
                                 cand_p[n_cand] = p
                                 cand_d[n_cand] = d
@@ -252,7 +245,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                             p = positions[pb + t]
                             if stamps[p] != stamp:
                                 stamps[p] = stamp
-                                d = _full_distance(xq, qi, words, p, W)
+                                d = _distance(xq, qi, words, p, W)
                                 if n_cand < len(cand_p):
                                     cand_p[n_cand] = p
                                     cand_d[n_cand] = d

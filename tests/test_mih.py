@@ -96,16 +96,21 @@ def substrings_strategy(bits):
     return st.one_of(st.none(), st.integers(cheap_substrings(bits), min(bits, 9)))
 
 
+def index_and_scan(bits, n, seed, clustered, m):
+    """Six queries, a MultiIndex with ``m`` substrings and its LinearScan twin on the same data."""
+    xb, ids, xq = make_data(bits, n, 6, seed, clustered)
+    scan = LinearScan(bits)
+    if n:
+        scan.add(xb, ids)
+    return xb, ids, xq, build(bits, xb, ids, m), scan
+
+
 @settings(max_examples=40, deadline=None)
 @given(bits=st.sampled_from(BITS), n=st.integers(0, 50), seed=st.integers(0, 2**31),
        clustered=st.booleans(), data=st.data())
 def test_range_search_matches_scan(bits, n, seed, clustered, data):
-    m = data.draw(substrings_strategy(bits))
-    xb, ids, xq = make_data(bits, n, 6, seed, clustered)
-    index = build(bits, xb, ids, m)
-    scan = LinearScan(bits)
-    if n:
-        scan.add(xb, ids)
+    xb, ids, xq, index, scan = index_and_scan(bits, n, seed, clustered,
+                                              data.draw(substrings_strategy(bits)))
     for R in RADII:
         check_same(index.range_search(xq, R), scan.range_search(xq, R))
 
@@ -114,12 +119,8 @@ def test_range_search_matches_scan(bits, n, seed, clustered, data):
 @given(bits=st.sampled_from(BITS), n=st.integers(0, 50), seed=st.integers(0, 2**31),
        clustered=st.booleans(), k=st.sampled_from([1, 3, 10, 60]), data=st.data())
 def test_knn_matches_scan(bits, n, seed, clustered, k, data):
-    m = data.draw(substrings_strategy(bits))
-    xb, ids, xq = make_data(bits, n, 6, seed, clustered)
-    index = build(bits, xb, ids, m)
-    scan = LinearScan(bits)
-    if n:
-        scan.add(xb, ids)
+    xb, ids, xq, index, scan = index_and_scan(bits, n, seed, clustered,
+                                              data.draw(substrings_strategy(bits)))
     check_same(index.search(xq, k), scan.search(xq, k))
     D, I = index.search(xq, k)
     nD, nI = naive.knn(xq, xb, ids, bits, k) if n else (np.full((6, k), -1), np.full((6, k), -1))
