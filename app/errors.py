@@ -4,13 +4,14 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.registry import IndexExists, IndexNotFound
+from app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
 from index.live import DuplicateIdError
+from index.wal import AppendFailed, LogFailed
 from index.probe import ProbeLimitError
 
 
-def _json(status: int, detail, **extra) -> JSONResponse:
-    return JSONResponse({"detail": detail, **extra}, status_code=status)
+def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:
+    return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
 
 
 def install(app: FastAPI) -> None:
@@ -27,6 +28,19 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(IndexExists)
     async def exists(request: Request, exc: IndexExists):
         return _json(409, str(exc))
+
+    @app.exception_handler(IndexLimit)
+    async def too_many(request: Request, exc: IndexLimit):
+        return _json(409, str(exc))
+
+    @app.exception_handler(IndexUnavailable)
+    async def unavailable(request: Request, exc: IndexUnavailable):
+        return _json(503, str(exc), headers={"Retry-After": "30"})
+
+    @app.exception_handler(AppendFailed)
+    @app.exception_handler(LogFailed)
+    async def log_refused(request: Request, exc: OSError):
+        return _json(503, exc.strerror or str(exc), headers={"Retry-After": "5"})
 
     @app.exception_handler(IndexNotFound)
     async def not_found(request: Request, exc: IndexNotFound):

@@ -1,31 +1,29 @@
-"""The index registry: one folder per index under ``<data_dir>/indexes/<name>/``.
+"""The index registry: the indexes this server holds, by name, over :mod:`index.catalog`.
 
-Each folder holds ``index.json`` (name, bits, mode, substrings; written atomically) and the
-:class:`index.live.LiveIndex` files (snapshots and WAL segments). Names are validated against
-``NAME_PATTERN`` before any path is built from them. A folder without ``index.json`` is an
-unfinished create and is ignored at startup.
+Every index folder found at start-up is opened on its own: one that fails (corrupt files,
+unreadable metadata, no file descriptors left) is listed under ``unavailable`` with its state
+and reason, and every other index serves. Create is atomic: the configuration is validated by
+the engine's own constructor before anything is written, the folder appears complete (rename)
+and is removed again if the index cannot be opened. Names are unique regardless of case, and
+the number of indexes is capped (``max_indexes``).
 """
 from __future__ import annotations
 
 import logging
-import re
-import shutil
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from app.costfit import CostTracker
-from app.schemas import NAME_PATTERN
-from index.live import LiveIndex, check_mode
-from index.store import fsync_path, write_json_atomic
+from index import catalog
+from index.factory import check_served_mode
+from index.live import CorruptIndexError, LiveIndex
+from index.wal import CorruptLogError
 
-log = logging.getLogger(__name__)
-META = "index.json"
-_NAME_RE = re.compile(NAME_PATTERN)
+log = logging.getLogger("bucketsearch.app")
 
 
 class IndexNotFound(LookupError):
@@ -34,16 +32,19 @@ class IndexNotFound(LookupError):
 
 
 class IndexExists(LookupError):
-    def __init__(self, name: str):
-        super().__init__(f"name: index {name!r} already exists (delete it first or pick "
-                         "another name)")
+    def __init__(self, name: str, existing: str):
+        same = "" if name == existing else f" (as {existing!r}: names are unique regardless " \
+                                             "of case)"
+        super().__init__(f"name: index {name!r} already exists{same}; delete it first or pick "
+                         "another name")
 
 
-def check_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(f"name: {name!r} is not a valid index name (allowed: 1-64 characters "
-                         "of A-Z, a-z, 0-9, '_' and '-')")
-    return name
+class IndexLimit(LookupError):
+    """The server holds ``max_indexes`` indexes already (HTTP 409)."""
+
+
+class IndexUnavailable(OSError):
+    """The index exists but could not be opened (HTTP 503 with the reason)."""
 
 
 @dataclass
@@ -54,6 +55,22 @@ class Entry:
     substrings: int | None
     live: LiveIndex
     cost: CostTracker
+    folder: Path
+
+    @property
+    def state(self) -> str:
+        return "read_only" if self.live.failed else "ready"
+
+
+@dataclass
+class Unavailable:
+    """An index folder that could not be opened: ``state`` is ``corrupt`` or ``unavailable``."""
+
+    name: str
+    folder: Path
+    meta: dict | None
+    state: str
+    reason: str
 
 
 class Registry:
@@ -63,51 +80,94 @@ class Registry:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
+        self.unavailable: dict[str, Unavailable] = {}
+        self.data_lock = None if settings.read_only else catalog.DataDirLock(settings.data_dir)
 
-    def _open(self, name: str, bits: int, mode: str, substrings: int | None) -> Entry:
+    def redact(self, text: str) -> str:
+        """``text`` without the data directory's path (errors are shown to clients)."""
+        for prefix in {str(self.root.parent.resolve()), str(self.root.parent)}:
+            text = text.replace(prefix, "<data_dir>")
+        return text
+
+    def _open(self, folder: Path, meta: dict) -> Entry:
         s = self.settings
-        live = LiveIndex(self.root / name, bits, mode, substrings, max_probes=s.max_probes,
-                         merge_threshold=s.merge_threshold, read_only=s.read_only, mmap=s.mmap)
-        return Entry(name, bits, mode, substrings, live, CostTracker(bits))
+        live = LiveIndex(folder, int(meta["bits"]), meta["mode"], meta.get("substrings"),
+                         max_probes=s.max_probes, merge_threshold=s.merge_threshold,
+                         read_only=s.read_only, mmap=s.mmap)
+        return Entry(meta["name"], int(meta["bits"]), meta["mode"], meta.get("substrings"), live,
+                     CostTracker(int(meta["bits"])), folder)
 
     def load_all(self) -> None:
-        import json
-        for trash in self.root.parent.glob(".deleted-*"):  # a delete interrupted by a crash
-            shutil.rmtree(trash, ignore_errors=True)
-        for folder in sorted(self.root.iterdir()):
-            if not folder.is_dir() or not _NAME_RE.match(folder.name):
+        """Open every index folder; a failure is isolated to its index."""
+        for found in catalog.read_folders(self.root):
+            t = time.perf_counter()
+            if self._taken(found.name) is not None:
+                self.unavailable[found.name + f"@{found.folder.name}"] = Unavailable(
+                    found.name, found.folder, found.meta, "unavailable",
+                    f"another folder holds an index named {found.name!r}")
                 continue
-            meta_path = folder / META
-            if not meta_path.is_file():
-                log.warning("%s: no %s (an unfinished create); ignored", folder, META)
+            if found.meta is None:
+                self._fail(found.name, found.folder, None, "unavailable", found.error)
                 continue
-            meta = json.loads(meta_path.read_text())
-            self.entries[folder.name] = self._open(folder.name, int(meta["bits"]), meta["mode"],
-                                                   meta.get("substrings"))
+            try:
+                entry = self._open(found.folder, found.meta)
+            except (CorruptIndexError, CorruptLogError) as exc:
+                self._fail(found.name, found.folder, found.meta, "corrupt",
+                           f"{exc}; run 'bucketsearch repair --data-dir DIR --index "
+                           f"{found.name}'")
+                continue
+            except Exception as exc:  # noqa: BLE001 -- any failure stays with its index
+                self._fail(found.name, found.folder, found.meta, "unavailable",
+                           f"{type(exc).__name__}: {exc}")
+                continue
+            self.entries[found.name] = entry
+            log.info("index %s: loaded %d items (%s, %d bits) in %.2f s", found.name,
+                     entry.live.ntotal, entry.mode, entry.bits, time.perf_counter() - t)
+
+    def _fail(self, name, folder, meta, state: str, reason: str) -> None:
+        reason = self.redact(reason)
+        log.error("index %s: %s: %s", name, state, reason)
+        self.unavailable[name] = Unavailable(name, folder, meta, state, reason)
+
+    def _taken(self, name: str) -> str | None:
+        """The existing name equal to ``name`` regardless of case, or None."""
+        low = name.lower()
+        for other in (*self.entries, *(u.name for u in self.unavailable.values())):
+            if other.lower() == low:
+                return other
+        return None
 
     def create(self, name: str, bits: int, mode: str, substrings: int | None) -> Entry:
-        check_name(name)
-        check_mode(mode, bits, substrings)
+        catalog.check_name(name)
+        check_served_mode(mode, bits, substrings, self.settings.max_probes)
         if self.settings.read_only:
             raise PermissionError("the server is read-only: indexes cannot be created")
         with self._lock:
-            if name in self.entries:
-                raise IndexExists(name)
-            folder = self.root / name
-            if folder.exists():  # leftover of an unfinished create
-                shutil.rmtree(folder)
-            folder.mkdir()
-            write_json_atomic(folder / META, {"name": name, "bits": bits, "mode": mode,
-                                              "substrings": substrings,
-                                              "created_at": time.time()})
-            fsync_path(self.root)
-            entry = self._open(name, bits, mode, substrings)
+            existing = self._taken(name)
+            if existing is not None:
+                raise IndexExists(name, existing)
+            limit = self.settings.max_indexes
+            if len(self.entries) + len(self.unavailable) >= limit:
+                raise IndexLimit(f"name: the server holds {limit} indexes, the limit "
+                                 "max_indexes (BUCKETSEARCH_MAX_INDEXES); delete one first")
+            folder = catalog.create_folder(self.root, {
+                "name": name, "bits": bits, "mode": mode, "substrings": substrings,
+                "created_at": time.time()})
+            try:
+                entry = self._open(folder, {"name": name, "bits": bits, "mode": mode,
+                                            "substrings": substrings})
+            except BaseException:
+                catalog.remove_folder(self.root, folder)
+                raise
             self.entries[name] = entry
             return entry
 
     def get(self, name: str) -> Entry:
         entry = self.entries.get(name)
         if entry is None:
+            bad = self.unavailable.get(name)
+            if bad is not None:
+                raise IndexUnavailable(f"index {name!r} is {bad.state}: {bad.reason}")
             raise IndexNotFound(name)
         return entry
 
@@ -115,21 +175,42 @@ class Registry:
         if self.settings.read_only:
             raise PermissionError("the server is read-only: indexes cannot be deleted")
         with self._lock:
-            entry = self.entries.pop(name, None)
+            entry = self.entries.get(name) or self.unavailable.get(name)
             if entry is None:
                 raise IndexNotFound(name)
-            entry.live.close()
-            trash = self.root.parent / f".deleted-{name}-{uuid.uuid4().hex}"
-            (self.root / name).rename(trash)
-            fsync_path(self.root)
-        shutil.rmtree(trash, ignore_errors=True)
+            if isinstance(entry, Entry):
+                entry.live.close()
+            catalog.remove_folder(self.root, entry.folder)
+            self.entries.pop(name, None)
+            self.unavailable.pop(name, None)
 
     def close(self) -> None:
         for entry in list(self.entries.values()):
             entry.live.close()
+        if self.data_lock is not None:
+            self.data_lock.release()
+
+    def states(self) -> dict[str, dict]:
+        """Every index's ``{"state", "reason"}``."""
+        out = {name: {"state": e.state, "reason": e.live.failed}
+               for name, e in list(self.entries.items())}
+        out.update({u.name: {"state": u.state, "reason": u.reason}
+                    for u in list(self.unavailable.values())})
+        return out
+
+    def info_all(self) -> list[dict]:
+        return [self.info(e) for e in list(self.entries.values())] + \
+            [self.info_unavailable(u) for u in list(self.unavailable.values())]
+
+    @staticmethod
+    def info_unavailable(bad: Unavailable) -> dict:
+        meta = bad.meta or {}
+        return {"name": bad.name, "bits": meta.get("bits"), "mode": meta.get("mode"),
+                "substrings": meta.get("substrings"), "state": bad.state, "reason": bad.reason}
 
     def info(self, entry: Entry) -> dict:
-        st = entry.live.state
+        live = entry.live
+        st = live.state
         sizes = bucket_sizes(st.main)
         values, counts = np.unique(sizes, return_counts=True)
         distinct = int(len(sizes))
@@ -137,6 +218,7 @@ class Registry:
             "name": entry.name, "bits": entry.bits, "mode": entry.mode,
             "substrings": getattr(st.main, "substrings", entry.substrings)
             if entry.mode != "single" else None,
+            "state": entry.state, "reason": live.failed,
             "size": st.ntotal, "main_size": int(st.main.ntotal),
             "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
             "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** entry.bits,
@@ -144,8 +226,8 @@ class Registry:
                                       for v, c in zip(values, counts)],
             "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
                                 + st.delta_ids.nbytes),
-            "merges": entry.live.merges, "merging": entry.live.merging,
-            "last_merge_error": entry.live.last_merge_error,
+            "merges": live.merges, "merging": live.merging, "last_merge": live.last_merge,
+            "last_merge_error": live.last_merge_error,
         }
 
 

@@ -5,7 +5,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+from index.catalog import NAME_PATTERN
+
 HEX_PATTERN = r"^[0-9a-fA-F]*$"
 MAX_ID = 2**63 - 1
 
@@ -34,20 +35,26 @@ class BucketSizeCount(BaseModel):
 
 class IndexInfo(BaseModel):
     name: str
-    bits: int
-    mode: str
+    bits: int | None
+    mode: str | None
     substrings: int | None
-    size: int = Field(description="live items (main - tombstones + delta)")
-    main_size: int = Field(description="items in the main snapshot table")
-    delta_size: int = Field(description="items inserted since the last merge")
-    tombstones: int = Field(description="main-table items deleted since the last merge")
-    distinct_codes: int = Field(description="non-empty buckets of the main table")
-    code_space_fraction: float = Field(description="distinct_codes / 2^bits")
-    bucket_size_histogram: list[BucketSizeCount]
-    memory_bytes: int
-    merges: int = Field(description="merges since the server started")
-    merging: bool
-    last_merge_error: str | None
+    state: str = Field(description="ready, read_only (a storage fault it could not undo: "
+                                   "writes refused), corrupt (run 'bucketsearch repair') or "
+                                   "unavailable (could not be loaded; see reason)")
+    reason: str | None = Field(None, description="why the state is not ready")
+    size: int | None = Field(None, description="live items (main - tombstones + delta)")
+    main_size: int | None = Field(None, description="items in the main snapshot table")
+    delta_size: int | None = Field(None, description="items inserted since the last merge")
+    tombstones: int | None = Field(None, description="main-table items deleted since the last "
+                                                     "merge")
+    distinct_codes: int | None = Field(None, description="non-empty buckets of the main table")
+    code_space_fraction: float | None = Field(None, description="distinct_codes / 2^bits")
+    bucket_size_histogram: list[BucketSizeCount] = []
+    memory_bytes: int | None = None
+    merges: int = Field(0, description="merges since the server started")
+    merging: bool = False
+    last_merge: float | None = Field(None, description="end of the last merge (Unix time)")
+    last_merge_error: str | None = None
 
 
 class IndexList(BaseModel):
@@ -157,10 +164,17 @@ class CalibrateIn(Strict):
     seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
+class IndexState(BaseModel):
+    state: str = Field(description="ready, read_only (a storage fault it could not undo), "
+                                   "corrupt (run bucketsearch repair) or unavailable")
+    reason: str | None = None
+
+
 class Health(BaseModel):
     status: str
     indexes: int | None = None
     detail: str | None = None
+    index_states: dict[str, IndexState] | None = None
 
 
 class ConventionsIn(Strict):

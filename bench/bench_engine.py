@@ -22,7 +22,7 @@ import faiss
 import numpy as np
 
 from index.codes import to_packed
-from index.planner import make_index
+from index.factory import make_index
 from index.probe import HammingIndex
 from index.scan import LinearScan
 from index.synth import clustered_codes, queries_near, uniform_codes

@@ -10,16 +10,23 @@ index adds a tombstone (filtered out of every result) until the next merge.
 
 Merge (background thread, or :meth:`LiveIndex.merge`): under the write lock, rotate the WAL to a
 new segment ``s + 1`` and remember the state; outside the lock, build a new main index from the
-live items of that state and write it as snapshot ``snap-s`` (temp directory, fsync, rename,
-fsync of the parent); under the lock again, swap in the new main index with the operations that
-arrived during the merge (they are in segment ``s + 1`` and in memory) replayed on top; then
-delete the older snapshots and the segments ``<= s``.
+live items of that state, write it as snapshot ``snap-s`` (temp directory, fsync, rename, fsync
+of the parent) and verify it by reading it back; under the lock again, swap in the new main
+index with the operations that arrived during the merge replayed on top. The previous snapshot
+generation and the WAL segments after it stay until the next merge, so a snapshot that is later
+found corrupt falls back to the previous one plus the log. Merges repeat while the delta is over
+the threshold (also at start-up); a failed background merge is retried after a back-off.
 
-Recovery (:meth:`LiveIndex.open`): load the newest complete snapshot ``snap-s`` (or start empty),
-replay the segments ``> s`` in order up to their last valid record (a torn tail is truncated).
+Recovery (in the constructor): the newest snapshot that verifies and has every later WAL
+segment (or the empty index when the log starts at segment 0), then those segments in order.
+A torn tail of the newest segment is cut (the bytes kept in ``.broken-<offset>``); any other
+damage raises :class:`~index.wal.CorruptLogError` or :class:`CorruptIndexError` and changes
+nothing. Storage faults on writes: see :mod:`index.wal` (an error means nothing was
+acknowledged; a log that cannot be restored makes the index refuse writes, ``failed``).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -28,21 +35,21 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from index import fsio
 from index.codes import as_words, check_bits, n_words
-from index.mih import MultiIndex
-from index.planner import AutoIndex, make_index
-from index.probe import HammingIndex
+from index.factory import check_served_mode, load_index, make_index
+from index.probe import ResultLimitError
 from index.scan import LinearScan
-from index.wal import Op, WriteAheadLog, fsync_dir, list_segments, replay
+from index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail, list_segments,
+                       scan_segment)
 
 log = logging.getLogger(__name__)
 
-MODES = ("single", "mih", "auto")
 SNAPSHOT_META = "snapshot.json"
 _SNAP_RE = re.compile(r"^snap-(\d{8})$")
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
@@ -50,30 +57,6 @@ _EMPTY_IDS = np.empty(0, dtype=np.int64)
 
 class DuplicateIdError(ValueError):
     """An inserted id is already live in the index (HTTP 409)."""
-
-
-def check_mode(mode: str, bits: int, substrings: int | None) -> None:
-    """Validate ``mode`` and ``substrings`` before anything is written."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if substrings is not None:
-        if mode == "single":
-            raise ValueError("substrings applies to mode 'mih' or 'auto' only, got mode 'single'")
-        if not 1 <= substrings <= bits:
-            raise ValueError(f"substrings must be in [1, bits={bits}], got {substrings}")
-
-
-def make_main_index(mode: str, bits: int, substrings: int | None, max_probes: int):
-    """An empty main index for ``mode`` (:func:`index.planner.make_index`)."""
-    check_mode(mode, bits, substrings)
-    return make_index(bits, mode, substrings=substrings, max_probes=max_probes)
-
-
-def load_main_index(mode: str, path: Path, mmap: bool, max_probes: int):
-    cls = {"single": HammingIndex, "mih": MultiIndex, "auto": AutoIndex}[mode]
-    idx = cls.load(path, mmap=mmap)
-    idx.max_probes = max_probes
-    return idx
 
 
 def with_probe_limit(main, limit: int | None):
@@ -138,6 +121,17 @@ class LiveState:
     def ntotal(self) -> int:
         return int(len(self.main_ids_sorted) - len(self.tombstones) + len(self.delta_ids))
 
+    def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray) -> LiveState:
+        """The same main index with another delta and tombstones (the version is kept)."""
+        delta = None
+        if len(ids):
+            delta = LinearScan(self.bits)
+            # ids were validated when written (unique, not live); _rebuild only sets the arrays,
+            # where add() would re-check uniqueness at O(n log n) on every write
+            delta._rebuild(words, ids)
+        return replace(self, delta=delta, delta_ids=ids, delta_words=words,
+                       tombstones=tombstones)
+
     def in_main(self, ids: np.ndarray) -> np.ndarray:
         pos = np.searchsorted(self.main_ids_sorted, ids)
         pos = np.minimum(pos, max(len(self.main_ids_sorted) - 1, 0))
@@ -152,23 +146,42 @@ class LiveState:
         return main_live | np.isin(ids, self.delta_ids)
 
     def range_search(self, xq: np.ndarray, radius: int, stats: bool = False,
-                     max_probes: int | None = None):
-        """``lims, D, I, main_stats``: radius search over main minus tombstones plus delta."""
+                     max_probes: int | None = None, max_results: int | None = None):
+        """``lims, D, I, main_stats``: radius search over main minus tombstones plus delta.
+
+        ``max_results`` caps the live results of the batch (``ResultLimitError``, raised while
+        searching): the main index is capped at ``max_results + len(tombstones)`` (at most that
+        many of its results are dropped), the delta scan at what the main index left."""
         nq = len(xq)
         parts = []
         st = None
         if self.delta is None and not len(self.tombstones):  # fast path: the main table only
-            res = with_probe_limit(self.main, max_probes).range_search(xq, radius, stats=stats)
+            res = with_probe_limit(self.main, max_probes).range_search(
+                xq, radius, stats=stats, max_results=max_results)
             return (*res[:3], res[3] if stats else None)
+        found = 0  # live results of the main index
         if stats or self.main.ntotal:
             main = with_probe_limit(self.main, max_probes)
-            res = main.range_search(xq, radius, stats=stats)
+            try:
+                res = main.range_search(xq, radius, stats=stats, max_results=None
+                                        if max_results is None
+                                        else max_results + len(self.tombstones))
+            except ResultLimitError as exc:
+                raise ResultLimitError(max_results, exc.reached - len(self.tombstones)) \
+                    from None
             lims, D, I = res[:3]
             st = res[3] if stats else None
             parts.append(_csr_parts(lims, D, I, self.tombstones))
+            found = len(parts[-1][2])
+            if max_results is not None and found > max_results:
+                raise ResultLimitError(max_results, found)
         if self.delta is not None:
             t = time.perf_counter_ns()
-            lims, D, I = self.delta.range_search(xq, radius)
+            try:
+                lims, D, I = self.delta.range_search(
+                    xq, radius, max_results=None if max_results is None else max_results - found)
+            except ResultLimitError as exc:
+                raise ResultLimitError(max_results, found + exc.reached) from None
             self._note_delta(st, time.perf_counter_ns() - t)
             parts.append(_csr_parts(lims, D, I, None))
         lims, D, I = merge_sorted(nq, parts)
@@ -185,7 +198,8 @@ class LiveState:
                max_probes: int | None = None):
         """``D, I, main_stats``: k nearest by (distance, id), padded with -1 (distance -1).
 
-        The delta is scanned first; when it holds k items within distance ``b`` of a query, the
+        Tombstones hide main-index items only: an id deleted and inserted again lives in the
+        delta. The delta is scanned first; when it holds k items within distance ``b`` of a query, the
         main table only needs a radius-``b`` range search for that query (the union's k nearest
         are within ``b``). Other queries run the main table's k-NN search; a query whose k
         nearest in the main table include tombstones is searched again for
@@ -211,7 +225,12 @@ class LiveState:
                     usable[bound == b] = False
                     continue
                 sel = np.flatnonzero(bound == b)
-                res = main.range_search(xq[sel], int(b), stats=stats)
+                try:  # ties may put far more than k items within b: past this, k-NN instead
+                    res = main.range_search(xq[sel], int(b), stats=stats,
+                                            max_results=len(sel) * (k + len(self.tombstones)))
+                except ResultLimitError:
+                    usable[sel] = False
+                    continue
                 q, d, i = _csr_parts(res[0], res[1], res[2], self.tombstones)
                 parts.append((sel[q], d, i))
                 if stats:
@@ -224,18 +243,19 @@ class LiveState:
                 redo = np.zeros(len(sel), dtype=bool)
                 if len(self.tombstones) and kk < main.ntotal:
                     redo = np.isin(I, self.tombstones).any(axis=1)
-                parts.append((sel[~redo][:, None].repeat(kk, 1).ravel(), D[~redo].ravel(),
-                              I[~redo].ravel()))
+                parts.append(_drop_padding((sel[~redo][:, None].repeat(kk, 1).ravel(),
+                                            D[~redo].ravel(), I[~redo].ravel()),
+                                           self.tombstones))
                 if stats:
                     st_parts.append((sel[~redo], _rows(res[2], ~redo)))
                 if redo.any():
                     k2 = min(k + len(self.tombstones), main.ntotal)
                     res2 = main.search(xq[sel[redo]], k2, stats=stats)
-                    parts.append((sel[redo][:, None].repeat(k2, 1).ravel(), res2[0].ravel(),
-                                  res2[1].ravel()))
+                    parts.append(_drop_padding((sel[redo][:, None].repeat(k2, 1).ravel(),
+                                                res2[0].ravel(), res2[1].ravel()),
+                                               self.tombstones))
                     if stats:
                         st_parts.append((sel[redo], res2[2]))
-        parts = [_drop_padding(p, self.tombstones) for p in parts]
         lims, d, i = merge_sorted(nq, parts)
         D_out = np.full((nq, k), -1, dtype=np.int32)
         I_out = np.full((nq, k), -1, dtype=np.int64)
@@ -275,17 +295,83 @@ def _assemble_stats(nq: int, st_parts):
     return type(st)(**out)
 
 
-@dataclass
-class _Pending:
-    """Mutable form of the delta and tombstones used while applying ops (under the write lock)."""
+def apply_ops(state: LiveState, ops: list[Op], check: bool = True) -> LiveState:
+    """The state after ``ops`` (adds and deletes, in order) on top of ``state``.
 
-    ids_chunks: list = field(default_factory=list)
-    words_chunks: list = field(default_factory=list)
-    tombstones: set = field(default_factory=set)
+    An add puts its items in the delta; a delete drops the id from the delta, and tombstones it
+    when the main index holds it (the main copy stays dead even if the id is added again: the
+    new item lives in the delta). With ``check``, an add of an id that is live at that point
+    raises ValueError (a log that contradicts itself); deletes of absent ids are no-ops.
+    Vectorized over all ops: events sorted by (id, sequence)."""
+    adds = [(state.delta_ids, state.delta_words)] + [(op.ids, op.words) for op in ops
+                                                     if op.kind == "add"]
+    add_seq = [np.full(len(state.delta_ids), -1)] + [np.full(len(op.ids), j) for j, op
+                                                      in enumerate(ops) if op.kind == "add"]
+    dels = [op.ids for op in ops if op.kind == "delete"]
+    del_seq = [np.full(len(op.ids), j) for j, op in enumerate(ops) if op.kind == "delete"]
+    a_ids = np.concatenate([a[0] for a in adds]).astype(np.int64, copy=False)
+    a_words = np.concatenate([a[1] for a in adds]) if len(adds) > 1 else state.delta_words
+    d_ids = np.concatenate(dels).astype(np.int64, copy=False) if dels else _EMPTY_IDS
+    n_add = len(a_ids)
+    ev_id = np.concatenate([a_ids, d_ids])
+    ev_seq = np.concatenate(add_seq + del_seq) if len(ev_id) else _EMPTY_IDS
+    order = np.lexsort((ev_seq, ev_id))
+    ev_id, is_add = ev_id[order], order < n_add
+    same_next = np.zeros(len(order), dtype=bool)
+    same_next[:-1] = ev_id[1:] == ev_id[:-1]
+    if check and n_add:
+        # an add must follow a delete of the same id, or be its id's first event with the id
+        # not live in the main index
+        prev_add = np.zeros(len(order), dtype=bool)
+        prev_add[1:] = same_next[:-1] & is_add[:-1]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = ~same_next[:-1]
+        main_live = state.in_main(ev_id) & ~np.isin(ev_id, state.tombstones)
+        bad = is_add & (prev_add | (first & main_live))
+        if bad.any():
+            raise ValueError(f"id {int(ev_id[bad][0])} is added while it is live")
+    last = is_add & ~same_next  # an add that no later event of its id undoes
+    rows = np.sort(order[last])
+    tomb = state.tombstones
+    if len(d_ids):
+        hit = d_ids[state.in_main(d_ids)]
+        if len(hit):
+            tomb = np.union1d(tomb, hit)
+    return state.with_delta(a_ids[rows], a_words[rows], tomb)
+
+
+def _snapshot_dirs(directory: Path) -> list[tuple[int, Path]]:
+    """``(wal_through, path)`` of every complete snapshot directory, oldest first."""
+    found = []
+    for entry in directory.iterdir():
+        m = _SNAP_RE.match(entry.name)
+        if m and (entry / SNAPSHOT_META).exists():
+            found.append((int(m.group(1)), entry))
+    return sorted(found)
+
+
+@dataclass
+class Recovery:
+    """What opening an index found and did (shown in the index's status)."""
+
+    snapshot: int | None = None  # wal_through of the snapshot used (None: started empty)
+    segments: list[int] = field(default_factory=list)
+    records: int = 0
+    torn_bytes: int = 0
+    broken_files: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # snapshots skipped, and why
+
+
+class CorruptIndexError(ValueError):
+    """The index's files are damaged beyond what recovery repairs by itself (a torn tail of
+    the newest WAL segment); nothing was changed. ``bucketsearch repair`` salvages."""
 
 
 class LiveIndex:
-    """Durable, concurrently searchable index over one directory (snapshots + WAL segments)."""
+    """Durable, concurrently searchable index over one directory (snapshots + WAL segments).
+
+    ``failed`` is the reason the index refuses writes after a storage fault it could not undo
+    (fail-stop), else None; ``recovery`` says what opening it found."""
 
     def __init__(self, directory: str | os.PathLike, bits: int, mode: str = "single",
                  substrings: int | None = None, *, max_probes: int = 10_000_000,
@@ -293,6 +379,7 @@ class LiveIndex:
                  background_merge: bool = True):
         self.directory = Path(directory)
         self.bits = check_bits(bits)
+        check_served_mode(mode, self.bits, substrings, max_probes)
         self.mode = mode
         self.substrings = substrings
         self.max_probes = max_probes
@@ -305,93 +392,114 @@ class LiveIndex:
         self._merging = False
         self._during_merge: list[Op] = []
         self._merge_thread: threading.Thread | None = None
+        self._merge_backoff = 0.0
+        self._merge_not_before = 0.0
         self.merges = 0
+        self.last_merge: float | None = None
         self.last_merge_error: str | None = None
-        self.recovered_torn_bytes = 0
         self._wal: WriteAheadLog | None = None
         self._closed = False
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        elif not self.directory.is_dir():
+            raise FileNotFoundError(f"index directory {self.directory.name!r} does not exist")
+        self.recovery = Recovery()
         self._recover()
+        self._maybe_merge()  # a delta over the threshold at start-up is merged
 
     # ----------------------------------------------------------------------------- recovery
-    def _snapshots(self) -> list[tuple[int, Path]]:
-        found = []
-        for entry in self.directory.iterdir():
-            m = _SNAP_RE.match(entry.name)
-            if m and (entry / SNAPSHOT_META).exists():
-                found.append((int(m.group(1)), entry))
-        return sorted(found)
+    def _new_main(self):
+        return make_index(self.bits, self.mode, substrings=self.substrings,
+                          max_probes=self.max_probes)
+
+    def _load_main(self, snap_dir: Path):
+        meta = json.loads(fsio.read_bytes(snap_dir / SNAPSHOT_META))
+        if meta.get("bits") != self.bits or meta.get("mode") != self.mode:
+            raise ValueError(f"{snap_dir.name}: holds bits={meta.get('bits')} "
+                             f"mode={meta.get('mode')!r}, the index has bits={self.bits} "
+                             f"mode={self.mode!r}")
+        main = load_index(snap_dir / "main", mmap=self.mmap, expected_kind=self.mode)
+        main.max_probes = self.max_probes
+        return main
+
+    def _choose_base(self):
+        """The newest snapshot that loads and verifies and whose later WAL segments are all
+        there (or the empty index, when the log starts at segment 0): ``(through, main)``."""
+        segs = [s for s, _ in list_segments(self.directory)]
+        bases = [(t, d) for t, d in reversed(_snapshot_dirs(self.directory))] + [(-1, None)]
+        io_error = None  # an I/O error (EIO, EMFILE, ...) says nothing about the snapshot
+        for through, snap_dir in bases:
+            later = [s for s in segs if s > through]
+            if later != list(range(through + 1, through + 1 + len(later))):
+                self.recovery.fallbacks.append(
+                    f"snapshot {through}: WAL segments after it missing (found {later})")
+                continue
+            if snap_dir is None:
+                if len(bases) > 1 and (not later or later[0] != 0):
+                    break  # there were snapshots, and the log no longer starts at 0
+                return through, self._new_main()
+            try:
+                return through, self._load_main(snap_dir)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                self.recovery.fallbacks.append(f"{snap_dir.name}: {exc}")
+                log.warning("index %s: snapshot %s unusable (%s); trying the previous one",
+                            self.directory.name, snap_dir.name, exc)
+                if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError):
+                    io_error = io_error or exc  # not damage: never quarantine, maybe transient
+                elif not self.read_only:
+                    with contextlib.suppress(OSError):
+                        fsio.rename(snap_dir, snap_dir.with_name(
+                            f"{snap_dir.name}.corrupt-{int(time.time())}"))
+        if io_error is not None:  # retryable: report the I/O error, not corruption
+            raise OSError(io_error.errno, f"cannot open the index: {io_error}") from io_error
+        raise CorruptIndexError(
+            f"no usable snapshot with a complete log after it: {'; '.join(self.recovery.fallbacks)}"
+            " (run 'bucketsearch repair')")
 
     def _recover(self) -> None:
-        snaps = self._snapshots()
-        if snaps:
-            through, snap_dir = snaps[-1]
-            main = load_main_index(self.mode, snap_dir / "main", self.mmap, self.max_probes)
-        else:
-            through = -1
-            main = make_main_index(self.mode, self.bits, self.substrings, self.max_probes)
-        state = self._base_state(main, version=0)
-        pending = self._pending(state)
+        through, main = self._choose_base()
+        self.recovery.snapshot = None if through < 0 else through
         segments = [(s, p) for s, p in list_segments(self.directory) if s > through]
-        for _, path in segments:
-            result = replay(path, truncate=not self.read_only)
-            if result.torn_bytes:
-                log.warning("WAL %s: torn tail of %d bytes after offset %d %s", path,
-                            result.torn_bytes, result.valid_bytes,
-                            "ignored (read-only)" if self.read_only else "truncated")
-                self.recovered_torn_bytes += result.torn_bytes
-            for op in result.ops:
-                self._apply(state, pending, op)
-        self.state = self._freeze(state, pending, version=1)
+        ops: list[Op] = []
+        size = None
+        for k, (seq, path) in enumerate(segments):
+            scan = scan_segment(path)
+            newest = k == len(segments) - 1
+            if scan.damage is not None:
+                if scan.damage.kind == "corrupt" or not newest:
+                    raise CorruptLogError(path, scan.damage.offset,
+                                          scan.damage.detail if newest else
+                                          f"{scan.damage.detail} in a segment that is not the "
+                                          "newest")
+                log.warning("index %s: WAL %s: torn tail of %d bytes after offset %d %s",
+                            self.directory.name, path.name, scan.torn_bytes,
+                            scan.valid_bytes, "ignored (read-only)" if self.read_only
+                            else "cut (kept in a .broken file)")
+                self.recovery.torn_bytes += scan.torn_bytes
+                if not self.read_only:
+                    broken = cut_torn_tail(scan)
+                    if broken is not None:
+                        self.recovery.broken_files.append(broken.name)
+                    size = max(scan.valid_bytes, len(MAGIC))
+            ops.extend(scan.ops)
+            self.recovery.segments.append(seq)
+        self.recovery.records = len(ops)
+        state = self._base_state(main, version=0)
+        try:
+            self.state = apply_ops(state, ops)
+        except ValueError as exc:
+            raise CorruptIndexError(f"the write-ahead log contradicts itself: {exc}") from None
         if not self.read_only:
-            seq = max([s for s, _ in segments] + [through + 1])
-            self._wal = WriteAheadLog(self.directory, seq)
+            for leftover in self.directory.glob(".snap-*.tmp"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            seq = segments[-1][0] if segments else through + 1
+            self._wal = WriteAheadLog(self.directory, seq, size)
 
     def _base_state(self, main, version: int) -> LiveState:
         ids = np.sort(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
         w = n_words(self.bits)
         return LiveState(self.bits, main, ids, None, _EMPTY_IDS,
                          np.empty((0, w), dtype=np.uint64), _EMPTY_IDS, version)
-
-    # -------------------------------------------------------------------------- applying ops
-    @staticmethod
-    def _pending(state: LiveState) -> _Pending:
-        return _Pending([state.delta_ids], [state.delta_words], set())
-
-    def _apply(self, state: LiveState, pending: _Pending, op: Op) -> None:
-        """Record ``op`` in ``pending`` (the delta and new tombstones on top of ``state``)."""
-        if op.kind == "add":
-            pending.ids_chunks.append(op.ids)
-            pending.words_chunks.append(op.words)
-            return
-        ids = np.concatenate(pending.ids_chunks)
-        words = np.concatenate(pending.words_chunks)
-        keep = ~np.isin(ids, op.ids)
-        pending.ids_chunks[:] = [ids[keep]]
-        pending.words_chunks[:] = [words[keep]]
-        main_hits = op.ids[state.in_main(op.ids)]
-        pending.tombstones.update(int(x) for x in main_hits)
-
-    def _freeze(self, state: LiveState, pending: _Pending, version: int) -> LiveState:
-        ids = np.concatenate(pending.ids_chunks)
-        words = np.concatenate(pending.words_chunks)
-        tomb = state.tombstones
-        if pending.tombstones:
-            tomb = np.union1d(tomb, np.fromiter(pending.tombstones, dtype=np.int64))
-        delta = None
-        if len(ids):
-            delta = LinearScan(self.bits)
-            # ids were validated when written (unique, not live); _rebuild only sets the arrays,
-            # where add() would re-check uniqueness at O(n log n) on every write
-            delta._rebuild(words, ids)
-        return LiveState(self.bits, state.main, state.main_ids_sorted, delta, ids, words,
-                         tomb, version)
-
-    def _publish(self, op: Op) -> None:
-        state = self.state
-        pending = self._pending(state)
-        self._apply(state, pending, op)
-        self.state = self._freeze(state, pending, state.version + 1)
 
     @property
     def merging(self) -> bool:
@@ -405,6 +513,18 @@ class LiveIndex:
         if self.read_only or self._wal is None:
             raise PermissionError("this index is open read-only (several workers share it); "
                                   "writes need a single-worker server")
+
+    @property
+    def failed(self) -> str | None:
+        return self._wal.failed if self._wal is not None else None
+
+    def _log(self, op: Op) -> None:
+        """Append ``op`` durably, then publish the state that includes it (write lock held)."""
+        self._wal.append(op)  # AppendFailed / LogFailed: nothing changed, nothing acknowledged
+        if self._merging:
+            self._during_merge.append(op)
+        state = self.state
+        self.state = replace(apply_ops(state, [op], check=False), version=state.version + 1)
 
     def add(self, codes, ids) -> int:
         """Insert codes with ids; returns once the WAL record is fsynced. Duplicate ids (in the
@@ -423,13 +543,9 @@ class LiveIndex:
         with self._write_lock:
             live = self.state.live_mask(ids)
             if live.any():
-                raise DuplicateIdError(f"ids: id {int(ids[live][0])} already exists in the index "
-                               "(delete it first to replace it)")
-            op = Op("add", ids.copy(), np.ascontiguousarray(words))
-            self._wal.append(op)
-            if self._merging:
-                self._during_merge.append(op)
-            self._publish(op)
+                raise DuplicateIdError(f"ids: id {int(ids[live][0])} already exists in the "
+                                       "index (delete it first to replace it)")
+            self._log(Op("add", ids.copy(), np.ascontiguousarray(words)))
         self._maybe_merge()
         return len(ids)
 
@@ -441,11 +557,7 @@ class LiveIndex:
             ids = ids[self.state.live_mask(ids)]
             if len(ids) == 0:
                 return 0
-            op = Op("delete", ids)
-            self._wal.append(op)
-            if self._merging:
-                self._during_merge.append(op)
-            self._publish(op)
+            self._log(Op("delete", ids))
         self._maybe_merge()
         return len(ids)
 
@@ -455,24 +567,40 @@ class LiveIndex:
         return max(len(st.delta_ids), len(st.tombstones)) >= self.merge_threshold
 
     def _maybe_merge(self) -> None:
-        if not self.background_merge or not self.needs_merge() or self._merging:
+        """Start a background merge when the delta or the tombstones reach the threshold (not
+        again within the back-off after a failed one)."""
+        if not self.background_merge or self.read_only or self._closed \
+                or not self.needs_merge() or time.monotonic() < self._merge_not_before:
             return
         with self._write_lock:
             if self._merge_thread is not None and self._merge_thread.is_alive():
                 return
-            self._merge_thread = threading.Thread(target=self._merge_quietly, daemon=True,
+            self._merge_thread = threading.Thread(target=self._merge_until_small, daemon=True,
                                                   name=f"merge-{self.directory.name}")
             self._merge_thread.start()
 
-    def _merge_quietly(self) -> None:
-        try:
-            self.merge()
-        except Exception as exc:  # a failed merge leaves the state and the WAL as they were
-            log.exception("background merge of %s failed", self.directory)
-            self.last_merge_error = f"{type(exc).__name__}: {exc}"
+    def _merge_until_small(self) -> None:
+        """Merge until the delta is under the threshold: writes that arrived during a merge
+        are folded by the next one, so merging always converges."""
+        while not self._closed and self.needs_merge():
+            try:
+                self.merge()
+            except Exception as exc:  # a failed merge leaves the state and the WAL as they were
+                log.exception("background merge of %s failed", self.directory.name)
+                self._merge_backoff = min(max(2 * self._merge_backoff, 1.0), 60.0)
+                self._merge_not_before = time.monotonic() + self._merge_backoff
+                self.last_merge_error = f"{type(exc).__name__}: {exc}"
+                return
 
     def merge(self) -> bool:
-        """Fold the delta and tombstones into a new main snapshot; False if nothing to do."""
+        """Fold the delta and tombstones into a new main snapshot; False if nothing to do.
+
+        Steps (a crash at any of them loses nothing: recovery uses the newest snapshot that
+        verifies, plus the log after it): rotate the WAL to segment ``s + 1``; build the new
+        main index of the state at that moment; write it as ``snap-s`` (temp dir, fsync,
+        rename, fsync) and verify it by loading it back; publish it with the writes that came
+        during the merge on top; then delete all but the previous snapshot generation and the
+        WAL segments the previous generation does not need."""
         self._check_writable()
         with self._merge_lock:
             with self._write_lock:
@@ -483,66 +611,72 @@ class LiveIndex:
                 self._merging = True
                 self._during_merge = []
             try:
+                t = time.perf_counter()
                 main = frozen.main
                 keep = ~np.isin(np.asarray(main.ids), frozen.tombstones) if main.ntotal \
                     else np.zeros(0, dtype=bool)
                 words = np.concatenate([np.asarray(main.words)[keep], frozen.delta_words])
                 ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep],
                                       frozen.delta_ids])
-                new_main = make_main_index(self.mode, self.bits, self.substrings,
-                                           self.max_probes)
+                new_main = self._new_main()
                 if len(ids):
                     new_main.add(words, ids=ids)
-                self._write_snapshot(new_main, through)
+                snap_dir = self._write_snapshot(new_main, through)
+                verified = self._load_main(snap_dir)  # read back: checksums of what is on disk
                 if self.mmap:
-                    new_main = load_main_index(self.mode, self.directory
-                                               / f"snap-{through:08d}" / "main", True,
-                                               self.max_probes)
+                    new_main = verified
                 with self._write_lock:
-                    state = self._base_state(new_main, self.state.version + 1)
-                    pending = self._pending(state)
-                    for op in self._during_merge:
-                        self._apply(state, pending, op)
-                    self.state = self._freeze(state, pending, state.version)
-                    self._merging = False
-                    self._during_merge = []
+                    base = self._base_state(new_main, self.state.version + 1)
+                    self.state = apply_ops(base, self._during_merge, check=False)
             finally:
                 with self._write_lock:
                     self._merging = False
                     self._during_merge = []
-            self._cleanup(through)
             self.merges += 1
+            self.last_merge = time.time()
+            self.last_merge_error = None
+            self._merge_backoff = 0.0
+            log.info("index %s: merged %d items into snapshot %d in %.2f s",
+                     self.directory.name, len(ids), through, time.perf_counter() - t)
+            self._cleanup()
             return True
 
-    def _write_snapshot(self, main, through: int) -> None:
+    def _write_snapshot(self, main, through: int) -> Path:
         final = self.directory / f"snap-{through:08d}"
-        tmp = self.directory / f"snap-{through:08d}.tmp"
+        tmp = self.directory / f".snap-{through:08d}.tmp"
         if tmp.exists():
             shutil.rmtree(tmp)
-        tmp.mkdir()
-        main.save(tmp / "main")
-        meta = {"wal_through": through, "bits": self.bits, "mode": self.mode,
-                "ntotal": int(main.ntotal)}
-        with open(tmp / SNAPSHOT_META, "w") as f:
-            json.dump(meta, f)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        fsync_dir(self.directory)
+        fsio.mkdir(tmp)
+        try:
+            main.save(tmp / "main")
+            meta = {"wal_through": through, "bits": self.bits, "mode": self.mode,
+                    "ntotal": int(main.ntotal)}
+            fsio.write_file(tmp / SNAPSHOT_META, json.dumps(meta).encode())
+            fsio.fsync_path(tmp)
+            if final.exists():  # an earlier attempt that was renamed but not verified
+                fsio.rmtree(final)
+            fsio.rename(tmp, final)
+            fsio.fsync_path(self.directory)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
 
-    def _cleanup(self, through: int) -> None:
-        for seq, path in self._snapshots():
-            if seq < through:
-                shutil.rmtree(path, ignore_errors=True)
-        for seq, path in list_segments(self.directory):
-            if seq <= through:
-                path.unlink(missing_ok=True)
-        for entry in self.directory.glob("snap-*.tmp"):
-            shutil.rmtree(entry, ignore_errors=True)
-        fsync_dir(self.directory)
+    def _cleanup(self) -> None:
+        """Keep the two newest snapshots and the segments after the older of them; failures
+        only leave files for the next cleanup."""
+        snaps = _snapshot_dirs(self.directory)
+        keep_from = snaps[-2][0] if len(snaps) >= 2 else -1
+        try:
+            for seq, path in snaps[:-2]:
+                fsio.rmtree(path)
+            for seq, path in list_segments(self.directory):
+                if seq <= keep_from:
+                    fsio.unlink(path)
+            fsio.fsync_path(self.directory)
+        except OSError as exc:
+            log.warning("index %s: cleanup after merge incomplete (%s); retried after the next "
+                        "merge", self.directory.name, exc)
 
     def wait_for_merge(self, timeout: float | None = None) -> None:
         thread = self._merge_thread
@@ -552,8 +686,6 @@ class LiveIndex:
     def close(self) -> None:
         self._closed = True
         self.wait_for_merge()
-        if self._wal is not None:
-            self._wal.close()
 
     # ---------------------------------------------------------------------------- reading
     @property
@@ -565,21 +697,15 @@ class LiveIndex:
             raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
 
     def range_search(self, xq, radius: int, stats: bool = False,
-                     max_probes: int | None = None):
+                     max_probes: int | None = None, max_results: int | None = None):
         """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
-        per-query probe guard for this call only."""
+        per-query probe guard for this call only, ``max_results`` caps the batch's results
+        (``index.probe.ResultLimitError``)."""
         self.check_radius(radius)
-        return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes)
+        return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes,
+                                       max_results)
 
     def search(self, xq, k: int, stats: bool = False, max_probes: int | None = None):
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         return self.state.search(as_words(xq, self.bits), k, stats, max_probes)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                os.fsync(f.fileno())
-        fsync_dir(dirpath)

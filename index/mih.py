@@ -48,7 +48,8 @@ import numpy as np
 from index._jit import monotonic_ns, njit
 from index.codes import check_bits, n_words, word_widths
 from index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                         SearchStats, _grow, _probe_radius_word, run_chunked)
+                         SearchStats, _grow, _probe_radius_word, check_max_results,
+                         raise_if_over, run_chunked)
 from index.scan import _distance
 from index.table import BucketTable, _sort_order
 
@@ -155,7 +156,7 @@ def _sort_ids(a, lo, hi):
 
 @njit
 def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k, max_probes,
-                with_clock, codes, code_base, slots, slot_base, bitmap, bitmap_base,
+                with_clock, max_results, stop, codes, code_base, slots, slot_base, bitmap, bitmap_base,
                 table_shift, filter_shift, direct, offsets, offset_base, positions, words, ids,
                 stamps, stamp):
     """Multi-index search of every query; range search when ``k < 0``, k-NN otherwise.
@@ -166,7 +167,15 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
     steps ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R``
     (or all items seen). Returns CSR results ordered by (distance, id), statistics
     ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which a k-NN query switched to
-    verifying every remaining item (-1: it did not) and the last stamp used.
+    verifying every remaining item (-1: it did not), the results counted (``reached``) and the
+    last stamp used.
+
+    Result cap (range search): after every step, when the chunk's results plus the query's
+    unique candidates pass ``max_results``, the candidates within ``max_radius`` are counted;
+    past the cap the kernel stops, sets ``stop[0]`` (read before every query by every chunk of
+    the search) and returns the count reached, a lower bound of the true total. The output
+    buffers never hold more than ``max_results`` items (the candidate buffers, at most the
+    items of the index, are scratch).
     """
     nq, W = xq.shape
     m = len(widths)
@@ -186,7 +195,10 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
     cand_d = np.empty(4096, dtype=np.int32)
     hist = np.zeros(bits + 2, dtype=np.int64)
     fill = np.zeros(bits + 2, dtype=np.int64)
+    reached = -1  # >= 0 once the result cap stopped this chunk
     for qi in range(nq):
+        if stop[0] != 0:
+            break
         t_query = monotonic_ns() if with_clock else 0
         while True:  # a retry only when the candidate buffer overflowed (then it is grown)
             stamp += 1
@@ -263,10 +275,20 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                 found += hist[R]
                 if k >= 0 and (found >= k or n_cand >= ntotal):
                     break
-            if n_cand <= len(cand_p):
+                if k < 0 and n_out + n_cand > max_results:  # unique candidates: upper bound
+                    within = 0
+                    for d in range(max_radius + 1):
+                        within += hist[d]
+                    if n_out + within > max_results:
+                        reached = n_out + within
+                        break
+            if reached >= 0 or n_cand <= len(cand_p):
                 break
             cand_p = np.empty(2 * n_cand, dtype=np.int64)
             cand_d = np.empty(2 * n_cand, dtype=np.int32)
+        if reached >= 0:
+            stop[0] = 1
+            break
         radii[qi] = last + 1
         cut = last
         if k >= 0 and n_cand >= ntotal:
@@ -295,9 +317,10 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
         counts[qi] = total
         if with_clock:
             total_ns[qi] = monotonic_ns() - t_query
+    if reached < 0:
+        reached = n_out
     return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
-            scanned_from,
-            stamp)
+            scanned_from, reached, stamp)
 
 
 class _StampPool:
@@ -427,15 +450,17 @@ class MultiIndex(IndexBase):
         return hit
 
     # ------------------------------------------------------------------ search
-    def _run(self, xq, max_radius, k, stats):
+    def _run(self, xq, max_radius, k, stats, max_results=None):
         per_step = self._step_array(max_radius)
         flat, bases = self.flat, self.bases
+        stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.sub_starts, self.sub_widths, self._word_width, per_step,
-                max_radius, k, self.max_probes, stats,
+                max_radius, k, self.max_probes, stats, check_max_results(max_results), stop,
                 flat["codes"], bases["codes"], flat["slots"], bases["slots"], flat["bitmap"],
                 bases["bitmap"], self._table_shift, self._filter_shift, self._direct,
                 flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
         lims, D, I, rest = self._chunked(xq, args)
+        raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         if not stats:
             return lims, D, I
         radii = np.concatenate([r[1] for r in rest])
@@ -461,14 +486,17 @@ class MultiIndex(IndexBase):
 
         return run_chunked(kernel, xq, self.threads)
 
-    def range_search(self, queries, max_distance: int, stats: bool = False):
-        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout;
+        ``max_results`` caps the batch's results (:class:`~index.probe.ResultLimitError`)."""
         R = self._check_radius(max_distance, self.bits)
         xq = self._check_queries(queries)
+        check_max_results(max_results)
         probes = self.probe_count(R)
         if probes > self.max_probes:
             raise MIHProbeLimitError(probes, self.max_probes, R, self.bits, self.substrings)
-        return self._run(xq, R, -1, stats)
+        return self._run(xq, R, -1, stats, max_results)
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> tuple[dict, dict]:

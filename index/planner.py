@@ -44,10 +44,11 @@ from index._jit import njit, popcount64
 from index.codes import check_bits
 from index.costmodel import ExtendedModel, fit_extended, fit_paper_model
 from index.mih import MultiIndex
-from index.probe import DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError
+from index.probe import (DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError,
+                         check_max_results)
 from index.scan import LinearScan
+from index.table import BucketTable
 
-MODES = ("single", "mih", "auto", "scan")
 PLAN_MODES = ("single", "mih", "scan")
 DEFAULT_CALIBRATION_QUERIES = 64
 CALIBRATION_PROBE_BUDGET = 50_000   # per query, single table and multi-index each
@@ -222,6 +223,13 @@ class AutoIndex(IndexBase):
     def probe_count(self, max_distance: int) -> int:
         """Single-table probes ``sum_{r<=R} C(Q, r)`` (the paper's count)."""
         return self.single.probe_count(max_distance)
+
+    def planned_probe_count(self, max_distance: int, nq: int = 1) -> int:
+        """Bucket lookups per query of the plan a radius search of ``nq`` queries would run:
+        the chosen engine's ``probe_count`` (0 for the scan). Plans over ``max_probes`` are
+        never chosen, so this is at most ``max_probes``."""
+        mode = self.plan(max_distance=max_distance, nq=nq)["mode"]
+        return self._index_for(mode).probe_count(max_distance)
 
     def _rebuild(self, words, ids):
         self.single._rebuild(words, ids)
@@ -423,15 +431,18 @@ class AutoIndex(IndexBase):
     def _index_for(self, mode: str):
         return {"single": self.single, "mih": self.mih, "scan": self.scan}[mode]
 
-    def range_search(self, queries, max_distance: int, stats: bool = False):
-        """Radius search by the path the planner predicts cheapest; ``stats.plan`` says which."""
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """Radius search by the path the planner predicts cheapest; ``stats.plan`` says which.
+        ``max_results`` caps the batch's results (:class:`~index.probe.ResultLimitError`)."""
         R = self._check_radius(max_distance, self.bits)
         xq = self._check_queries(queries)
+        check_max_results(max_results)
         plan = self.plan(max_distance=R, nq=len(xq))
         plan["nq"] = len(xq)
         self.last_plan = plan
         # the plan checked the probe limits: run the chosen kernel without validating again
-        out = self._index_for(plan["mode"])._run(xq, R, -1, stats)
+        out = self._index_for(plan["mode"])._run(xq, R, -1, stats, max_results)
         if stats:
             out[3].plan = plan
         return out
@@ -467,7 +478,6 @@ class AutoIndex(IndexBase):
     @classmethod
     def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> AutoIndex:
         """Load the tables and re-calibrate (timings belong to the machine that loads)."""
-        from index.table import BucketTable
         index = cls(bits, substrings=meta["mih"]["fixed_substrings"],
                     max_probes=meta["max_probes"],
                     calibration_queries=meta["calibration_queries"],
@@ -486,25 +496,4 @@ class AutoIndex(IndexBase):
         return index
 
 
-def make_index(bits: int, mode: str = "single", substrings: int | None = None,
-               max_probes: int = DEFAULT_MAX_PROBES, **kwargs):
-    """An empty index of ``mode``: ``"single"`` (:class:`HammingIndex`), ``"mih"``
-    (:class:`MultiIndex`), ``"auto"`` (:class:`AutoIndex`, extra keyword arguments go to it) or
-    ``"scan"`` (:class:`LinearScan`)."""
-    bits = check_bits(bits)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if substrings is not None and mode not in ("mih", "auto"):
-        raise ValueError(f"substrings applies to mode 'mih' or 'auto' only, got mode {mode!r}")
-    if kwargs and mode != "auto":
-        raise ValueError(f"options {sorted(kwargs)} apply to mode 'auto' only, got {mode!r}")
-    if mode == "single":
-        return HammingIndex(bits, max_probes=max_probes)
-    if mode == "mih":
-        return MultiIndex(bits, substrings=substrings, max_probes=max_probes)
-    if mode == "auto":
-        return AutoIndex(bits, substrings=substrings, max_probes=max_probes, **kwargs)
-    return LinearScan(bits)
-
-
-__all__ = ["AutoIndex", "MODES", "PLAN_MODES", "calibration_queries", "make_index"]
+__all__ = ["AutoIndex", "PLAN_MODES", "calibration_queries"]

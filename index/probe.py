@@ -21,6 +21,7 @@ import numpy as np
 
 from index._jit import clz64, ctz64, default_threads, monotonic_ns, njit, popcount64
 from index.codes import as_words, check_bits, word_widths
+from index.store import load_arrays, save_arrays
 from index.table import BucketTable, find_bucket, find_bucket_word
 
 DEFAULT_MAX_PROBES = 10_000_000
@@ -38,6 +39,45 @@ class ProbeLimitError(ValueError):
             f"a radius-{radius} search of {bits}-bit codes probes {probes:,} buckets, more than "
             f"the limit max_probes={limit:,}; use a smaller radius, raise the limit, or use "
             "multi-index hashing (mode 'mih') or the planner (mode 'auto')")
+
+
+class ResultLimitError(ValueError):
+    """A radius search would return more than ``max_results`` results (all queries together).
+
+    The kernels stop as soon as the count passes the limit, so ``reached`` is a lower bound of
+    the true count (the results counted before the search stopped), not the count itself.
+    """
+
+    def __init__(self, limit: int, reached: int):
+        self.limit, self.reached = int(limit), int(reached)
+        super().__init__(
+            f"the search returns at least {self.reached:,} results (counted before it stopped), "
+            f"more than the limit max_results={self.limit}; use a smaller radius, fewer queries "
+            "per request, or k-NN")
+
+
+#: ``max_results`` of a search without a result cap (k-NN: bounded by nq x k instead)
+NO_RESULT_CAP = np.iinfo(np.int64).max
+
+
+def check_max_results(max_results) -> int:
+    """The kernels' cap argument for ``max_results`` (None: no cap)."""
+    if max_results is None:
+        return NO_RESULT_CAP
+    if isinstance(max_results, bool) or not isinstance(max_results, (int, np.integer)) \
+            or max_results < 0:
+        raise ValueError(f"max_results must be None or an int >= 0, got {max_results!r}")
+    return int(max_results)
+
+
+def raise_if_over(max_results, stop: np.ndarray, reached: list[int], lims: np.ndarray) -> None:
+    """Raise :class:`ResultLimitError` when a chunk stopped at the cap (``stop[0]`` set) or the
+    chunks together passed it; ``reached`` holds each chunk's count at its return."""
+    if max_results is None:
+        return
+    total = max(sum(int(x) for x in reached), int(lims[-1]))
+    if stop[0] or total > max_results:
+        raise ResultLimitError(max_results, total)
 
 
 def probe_counts(bits: int, max_radius: int) -> list[int]:
@@ -272,15 +312,22 @@ def _finish_by_scan(xq, qi, r, k, found, bits, codes, offsets, ids, bdist, stats
 
 @njit
 def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max_probes,
-                  with_clock, codes, slots, bitmap, table_shift, filter_shift, direct,
-                  offsets, ids):
+                  with_clock, max_results, stop, codes, slots, bitmap, table_shift,
+                  filter_shift, direct, offsets, ids):
     """Probe every query's Hamming ball; range search when ``k < 0``, k-NN otherwise.
 
     k-NN grows the radius until ``k`` items are found. When the next radius would take a query
     over ``max_probes``, or probe more buckets than there are distinct codes, the query ranks
     the distinct codes by distance instead (:func:`_finish_by_scan`: exact, and cheaper), so
     k-NN never fails. Returns CSR results (counts, distances, ids) sorted by (distance, id) per
-    query, the per-radius statistics, and per query the radius from which it scanned (-1: none).
+    query, the per-radius statistics, per query the radius from which it scanned (-1: none),
+    and the results counted (``reached``).
+
+    Result cap (range search): before a bucket's items are emitted, the chunk's result count
+    plus the bucket's size is compared with ``max_results``; past it the kernel stops, sets
+    ``stop[0]`` (shared by the chunks of one search, read before every query, so the other
+    chunks stop too) and returns the count reached, a lower bound of the true total. The output
+    buffers so never hold more than about ``max_results`` items.
     """
     nq, W = xq.shape
     ntotal = len(ids)
@@ -298,7 +345,10 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
     cur = np.empty(W, dtype=np.uint64)
     pos = np.empty(max(max_radius, 1), dtype=np.int64)
     hits = np.empty(4096, dtype=np.int64)
+    reached = -1  # >= 0 once the result cap stopped this chunk
     for qi in range(nq):
+        if stop[0] != 0:
+            break
         start = n_out
         spent = 0
         t_query = monotonic_ns() if with_clock else 0  # one clock read per radius boundary
@@ -332,7 +382,13 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
                     break
                 hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe the radius again
             for h in range(nonempty):
-                out_i, out_d, n_out = _emit(hits[h], r, offsets, ids, out_i, out_d, n_out)
+                b = hits[h]
+                if n_out + offsets[b + 1] - offsets[b] > max_results:
+                    reached = n_out + offsets[b + 1] - offsets[b]
+                    break
+                out_i, out_d, n_out = _emit(b, r, offsets, ids, out_i, out_d, n_out)
+            if reached >= 0:
+                break
             if n_out - seg > 1:
                 out_i[seg:n_out] = np.sort(out_i[seg:n_out])
             stats[0, qi, r] = probes
@@ -346,12 +402,18 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             radii[qi] = r + 1
             if k >= 0 and (n_out - start >= k or n_out - start >= ntotal):
                 break
+        if reached >= 0:
+            stop[0] = 1
+            counts[qi] = n_out - start
+            break
         if k >= 0 and n_out - start > k:
             n_out = start + k
         counts[qi] = n_out - start
         total_ns[qi] = t_prev - t_query
+    if reached < 0:
+        reached = n_out
     return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
-            scanned_from)
+            scanned_from, reached)
 
 
 def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
@@ -406,6 +468,9 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
 
 class IndexBase:
     """What every index shares: ids, codes, validation, add/remove, the result layouts."""
+
+    kind = ""
+    legacy_kinds: tuple[str, ...] = ()
 
     def __init__(self, bits: int):
         self.bits = check_bits(bits)
@@ -471,16 +536,37 @@ class IndexBase:
     def _knn_csr(self, xq, k, stats):
         return self._run(xq, self.bits, k, stats)
 
+    def planned_probe_count(self, max_distance: int, nq: int = 1) -> int:
+        """Bucket lookups per query of the radius search this index would run for a batch of
+        ``nq`` queries (what a probe budget is charged): :meth:`probe_count` of the engine that
+        runs it (the planner: of the plan it chooses; a linear scan: 0)."""
+        return self.probe_count(max_distance)
+
     def save(self, path) -> None:
-        """Write a checksummed snapshot directory (see :mod:`index.store`)."""
-        from index.store import save_index
-        save_index(path, self)
+        """Write a checksummed snapshot directory (see :mod:`index.store`): the manifest's
+        kind is :attr:`kind`, its meta and arrays those of :meth:`snapshot`."""
+        meta, arrays = self.snapshot()
+        save_arrays(path, self.kind, {"bits": self.bits, "ntotal": self.ntotal, **meta}, arrays)
 
     @classmethod
     def load(cls, path, mmap: bool = False):
         """Read a snapshot written by :meth:`save` (``mmap=True`` maps the arrays read-only)."""
-        from index.store import load_index
-        return load_index(path, mmap=mmap, expected_kind=cls.kind)
+        kind, meta, arrays = load_arrays(path, mmap=mmap)
+        return cls.from_checked_snapshot(path, kind, meta, arrays)
+
+    @classmethod
+    def from_checked_snapshot(cls, path, kind: str, meta: dict, arrays: dict):
+        """:meth:`from_snapshot` after checking the kind; the item count must match the meta."""
+        if kind not in (cls.kind, *cls.legacy_kinds):
+            raise ValueError(f"{path}: holds a {kind!r} index, not {cls.kind!r}")
+        try:
+            index = cls.from_snapshot(int(meta["bits"]), meta, arrays)
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"{path}: snapshot meta or arrays incomplete ({exc!r})") from None
+        if index.ntotal != meta.get("ntotal"):
+            raise ValueError(f"{path}: holds {index.ntotal} items, the manifest says "
+                             f"{meta.get('ntotal')}")
+        return index
 
     def search(self, queries, k: int, stats: bool = False):
         """Exact k-NN: ``(D, I)`` of shape ``(nq, k)``, ordered by (distance, id), padded -1."""
@@ -500,7 +586,8 @@ class HammingIndex(IndexBase):
     ``stats.scanned_from`` records the radius, and those radii show ``probes = 0``).
     """
 
-    kind = "hamming"
+    kind = "single"
+    legacy_kinds = ("hamming",)
 
     def __init__(self, bits: int, max_probes: int = DEFAULT_MAX_PROBES):
         super().__init__(bits)
@@ -513,6 +600,15 @@ class HammingIndex(IndexBase):
 
     def _rebuild(self, words, ids):
         self.table = BucketTable.build(self.bits, words, ids)
+
+    def snapshot(self) -> tuple[dict, dict]:
+        return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
+
+    @classmethod
+    def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> HammingIndex:
+        index = cls(bits, max_probes=meta["max_probes"])
+        index.table = BucketTable.from_arrays(bits, arrays, meta["direct"])
+        return index
 
     @property
     def ntotal(self) -> int:
@@ -535,14 +631,16 @@ class HammingIndex(IndexBase):
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query."""
         return sum(probe_counts(self.bits, max_distance))
 
-    def _run(self, xq, max_radius, k, stats):
+    def _run(self, xq, max_radius, k, stats, max_results=None):
         per_radius = np.array([min(c, PROBE_CAP) for c in probe_counts(self.bits, max_radius)],
                               dtype=np.int64)
+        stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.flip_word, self.flip_mask, per_radius, max_radius, k,
-                self.max_probes, stats, *self.table.lookup_args(), self.table.offsets,
-                self.table.ids)
+                self.max_probes, stats, check_max_results(max_results), stop,
+                *self.table.lookup_args(), self.table.offsets, self.table.ids)
         lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
                                        self.threads)
+        raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         if not stats:
             return lims, D, I
         radii = np.concatenate([r[1] for r in rest])
@@ -551,11 +649,18 @@ class HammingIndex(IndexBase):
         out.scanned_from = np.concatenate([r[3] for r in rest])
         return lims, D, I, out
 
-    def range_search(self, queries, max_distance: int, stats: bool = False):
-        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout.
+
+        ``max_results`` caps the total number of results of the batch: the kernels stop once
+        it is passed and :class:`ResultLimitError` is raised (memory stays within about
+        threads x ``max_results`` results).
+        """
         R = self._check_radius(max_distance, self.bits)
         xq = self._check_queries(queries)
+        check_max_results(max_results)
         probes = self.probe_count(R)
         if probes > self.max_probes:
             raise ProbeLimitError(probes, self.max_probes, R, self.bits)
-        return self._run(xq, R, -1, stats)
+        return self._run(xq, R, -1, stats, max_results)

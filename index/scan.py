@@ -9,7 +9,7 @@ import numpy as np
 
 from index._jit import monotonic_ns, njit, popcount64
 from index.codes import word_widths
-from index.probe import IndexBase, SearchStats, run_chunked
+from index.probe import IndexBase, SearchStats, check_max_results, raise_if_over, run_chunked
 
 
 @njit(inline="always")
@@ -50,10 +50,11 @@ def _sorted_by_distance(sel_d, sel, ids, kept, bits, max_d, limit):
 
 
 @njit
-def _collect(xq, qi, words, cut, k, sel, sel_d):
+def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
     """One pass over the items: keep those within the cut-off in ``sel`` / ``sel_d``.
 
-    Range search (``k < 0``) keeps every item with ``d <= cut``. k-NN keeps a running cut-off
+    Range search (``k < 0``) keeps every item with ``d <= cut``, and stops the pass as soon as
+    more than ``limit`` are kept (the result cap: ``kept = limit + 1`` is then a lower bound). k-NN keeps a running cut-off
     ``tau`` (at least ``k`` kept items lie at distance <= tau) and lowers it as closer items
     arrive, so after the first few thousand items almost nothing is kept and the loop is one
     popcount and one predictable branch per item. Returns ``(kept, tau)``; ``kept`` larger than
@@ -77,6 +78,8 @@ def _collect(xq, qi, words, cut, k, sel, sel_d):
                 sel[kept] = i
                 sel_d[kept] = d
             kept += 1
+            if kept > limit:
+                break
             if k >= 0:
                 cnt[d] += 1
                 within += 1
@@ -96,8 +99,13 @@ def _collect(xq, qi, words, cut, k, sel, sel_d):
 
 
 @njit
-def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
-    """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``)."""
+def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock, max_results, stop):
+    """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``).
+
+    Result cap (range search): a query's pass stops once the chunk's results would pass
+    ``max_results``; the kernel then sets ``stop[0]`` (read before every query by every chunk)
+    and returns the count reached, a lower bound of the true total (last output).
+    """
     nq, W = xq.shape
     counts = np.zeros(nq, dtype=np.int64)
     items = np.zeros((nq, bits + 1), dtype=np.int64)
@@ -108,15 +116,27 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
     out_d = np.empty(1024, dtype=np.int32)
     out_i = np.empty(1024, dtype=np.int64)
     n_out = 0
+    reached = -1  # >= 0 once the result cap stopped this chunk
+    limit = np.iinfo(np.int64).max
     for qi in range(nq):
+        if stop[0] != 0:
+            break
         t0 = monotonic_ns() if with_clock else 0
         cut = max_radius if k < 0 else bits
+        if k < 0:
+            limit = max_results - n_out
         while True:
-            kept, tau = _collect(xq, qi, words, cut, k, sel, sel_d)
+            kept, tau = _collect(xq, qi, words, cut, k, sel, sel_d, limit)
+            if kept > limit:
+                reached = n_out + kept
+                break
             if kept <= len(sel):
                 break
             sel = np.empty(2 * kept, dtype=np.int64)  # rare: redo the pass with room
             sel_d = np.empty(2 * kept, dtype=np.int32)
+        if reached >= 0:
+            stop[0] = 1
+            break
         d_sorted, i_sorted, per_d = _sorted_by_distance(sel_d, sel, ids, kept, bits, tau,
                                                         kept if k < 0 else k)
         got = len(i_sorted)
@@ -135,7 +155,10 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_clock):
         radii[qi] = tau + 1
         if with_clock:
             total_ns[qi] = monotonic_ns() - t0
-    return counts, out_d[:n_out].copy(), out_i[:n_out].copy(), items, radii, total_ns
+    if reached < 0:
+        reached = n_out
+    return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), items, radii, total_ns,
+            reached)
 
 
 class LinearScan(IndexBase):
@@ -156,6 +179,15 @@ class LinearScan(IndexBase):
         self.words = np.ascontiguousarray(words, dtype=np.uint64)
         self.ids = np.ascontiguousarray(ids, dtype=np.int64)
 
+    def snapshot(self) -> tuple[dict, dict]:
+        return {}, {"words": self.words, "ids": self.ids}
+
+    @classmethod
+    def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> LinearScan:
+        index = cls(bits)
+        index.words, index.ids = arrays["words"], arrays["ids"]
+        return index
+
     @property
     def ntotal(self) -> int:
         return len(self.ids)
@@ -163,10 +195,17 @@ class LinearScan(IndexBase):
     def memory_bytes(self) -> int:
         return self.words.nbytes + self.ids.nbytes
 
-    def _run(self, xq, max_radius, k, stats):
+    def probe_count(self, max_distance: int) -> int:
+        """A scan probes no bucket: 0 (it compares every query with all ``ntotal`` items)."""
+        return 0
+
+    def _run(self, xq, max_radius, k, stats, max_results=None):
+        stop = np.zeros(1, dtype=np.int64)
+        cap = check_max_results(max_results)
         lims, D, I, rest = run_chunked(
             lambda chunk: _scan_kernel(chunk, self.words, self.ids, self.bits, max_radius, k,
-                                       stats), xq, self.threads)
+                                       stats, cap, stop), xq, self.threads)
+        raise_if_over(max_results, stop, [r[3] for r in rest], lims)
         if not stats:
             return lims, D, I
         radii = np.concatenate([r[1] for r in rest])
@@ -176,7 +215,11 @@ class LinearScan(IndexBase):
         return lims, D, I, SearchStats(zeros, zeros.copy(), zeros.copy(), items, zeros.copy(),
                                        radii=radii, total_ns=np.concatenate([r[2] for r in rest]))
 
-    def range_search(self, queries, max_distance: int, stats: bool = False):
-        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout."""
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout;
+        ``max_results`` caps the batch's results (:class:`~index.probe.ResultLimitError`)."""
         R = self._check_radius(max_distance, self.bits)
-        return self._run(self._check_queries(queries), R, -1, stats)
+        xq = self._check_queries(queries)
+        check_max_results(max_results)
+        return self._run(xq, R, -1, stats, max_results)

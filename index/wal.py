@@ -9,26 +9,41 @@ A payload is one operation:
     ADD:    b"A" | u32 n | u32 W | n x int64 LE ids | n x W x uint64 LE code words
     DELETE: b"D" | u32 n | n x int64 LE ids
 
-:func:`WriteAheadLog.append` writes the record, flushes and ``fsync``s before it returns, so an
-acknowledged write survives a crash of the process or of the machine. :func:`replay` reads
-records up to the last complete one whose CRC matches; anything after (a torn tail left by a
-crash in the middle of a write, or garbage) is reported and, with ``truncate=True``, cut off so
-the next append starts on a record boundary. A torn tail is never fatal.
+Guarantees (tested in tests/test_wal.py and tests/test_faults.py):
 
-Segments are numbered (``wal-00000007.log``); a snapshot records the last segment it contains and
-recovery replays the later ones in order (see :mod:`index.live`).
+- :meth:`WriteAheadLog.append` writes the record at the log's known end and fsyncs it before it
+  returns: only then may the caller acknowledge the write. If the write or the fsync fails, the
+  file is truncated back to that end and fsynced, so the log is exactly as it was and the
+  record can never reappear; :class:`AppendFailed` says nothing was acknowledged. If even the
+  truncate fails, the log fail-stops (PostgreSQL's rule after a failed fsync):
+  :class:`LogFailed` until a later append manages the truncate.
+- Recovery policy (etcd's): :func:`scan_segment` reads records up to the first one that does
+  not parse. If no valid record follows it, the rest is a *torn tail* (a crash in the middle
+  of a write); in the newest segment it is repaired by :func:`cut_torn_tail`, which keeps the
+  cut bytes in ``<segment>.broken-<offset>``. A bad record followed by valid ones, or any
+  damage in an older segment, is *corruption*: :class:`CorruptLogError` names the file and
+  the offset, and only an explicit :func:`salvage` (``bucketsearch repair``) goes past it.
+- A segment rotation writes the next segment's magic to a temporary file, fsyncs, renames it
+  and fsyncs the directory before any record goes there; if any step fails, appends stay on
+  the current segment.
+
+Segments are numbered (``wal-00000007.log``); a snapshot records the last segment it contains
+and recovery replays the later ones in order (see :mod:`index.live`).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import struct
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from index import fsio
 
 MAGIC = b"BSWAL001"
 HEADER = struct.Struct("<II")  # payload length, crc32(payload)
@@ -48,6 +63,22 @@ class Op:
     words: np.ndarray | None = None  # (n, W) uint64 for "add"
 
 
+class AppendFailed(OSError):
+    """The disk refused a record; the log was restored as it was: nothing was acknowledged."""
+
+
+class LogFailed(OSError):
+    """The log could not be restored after a failed append: it refuses writes (fail-stop)."""
+
+
+class CorruptLogError(ValueError):
+    """A segment is damaged beyond a torn tail: ``path`` and ``offset`` say where."""
+
+    def __init__(self, path, offset: int, detail: str):
+        self.path, self.offset, self.detail = Path(path), int(offset), detail
+        super().__init__(f"{self.path.name}: corrupt at byte {offset}: {detail}")
+
+
 def encode(op: Op) -> bytes:
     ids = np.ascontiguousarray(op.ids, dtype="<i8")
     if op.kind == "add":
@@ -61,86 +92,188 @@ def encode(op: Op) -> bytes:
     raise ValueError(f"unknown op kind {op.kind!r}, allowed: 'add', 'delete'")
 
 
+def record(op: Op) -> bytes:
+    """The framed record of ``op``: header (length, CRC32) + payload."""
+    payload = encode(op)
+    return HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def _payload_length(data, start: int, length: int) -> bool:
+    """Whether a payload of ``length`` bytes at ``start`` has the length its counts imply."""
+    kind = data[start:start + 1]
+    if kind == OP_ADD and length >= 9:
+        n, w = struct.unpack_from("<II", data, start + 1)
+        return length == 9 + 8 * n + 8 * n * w
+    if kind == OP_DELETE and length >= 5:
+        (n,) = struct.unpack_from("<I", data, start + 1)
+        return length == 5 + 8 * n
+    return False
+
+
 def decode(payload: bytes) -> Op:
-    kind = payload[:1]
-    if kind == OP_ADD:
+    if not _payload_length(payload, 0, len(payload)):
+        raise ValueError(f"record type {payload[:1]!r} with a length that does not match")
+    if payload[:1] == OP_ADD:
         n, w = struct.unpack_from("<II", payload, 1)
-        if len(payload) != 9 + 8 * n + 8 * n * w:
-            raise ValueError("add record length does not match its counts")
         ids = np.frombuffer(payload, dtype="<i8", count=n, offset=9).astype(np.int64)
         words = np.frombuffer(payload, dtype="<u8", count=n * w, offset=9 + 8 * n)
         return Op("add", ids, words.astype(np.uint64).reshape(n, w))
-    if kind == OP_DELETE:
-        (n,) = struct.unpack_from("<I", payload, 1)
-        if len(payload) != 5 + 8 * n:
-            raise ValueError("delete record length does not match its count")
-        return Op("delete", np.frombuffer(payload, dtype="<i8", count=n, offset=5).astype(np.int64))
-    raise ValueError(f"unknown record type {kind!r}")
+    (n,) = struct.unpack_from("<I", payload, 1)
+    return Op("delete", np.frombuffer(payload, dtype="<i8", count=n, offset=5).astype(np.int64))
+
+
+def _record_at(data, pos: int) -> int:
+    """End offset of a valid record starting at ``pos``, or -1."""
+    if pos + HEADER.size > len(data):
+        return -1
+    length, crc = HEADER.unpack_from(data, pos)
+    start, end = pos + HEADER.size, pos + HEADER.size + length
+    if length > MAX_RECORD_BYTES or end > len(data) or not _payload_length(data, start, length):
+        return -1
+    return end if zlib.crc32(data[start:end]) == crc else -1
+
+
+def _next_record(data, pos: int) -> int:
+    """Offset of the first valid record after a bad one at ``pos``, or -1.
+
+    When the bad record's header is plausible (its extent fits the file), the search starts
+    after that extent: its payload is user data and may hold anything, including bytes that
+    look like records. Candidates are found by their type byte (``find``), then checked."""
+    start = pos + 1
+    if pos + HEADER.size <= len(data):
+        length, _ = HEADER.unpack_from(data, pos)
+        if length <= MAX_RECORD_BYTES and pos + HEADER.size + length <= len(data):
+            start = pos + HEADER.size + length
+    if not data[start:].strip(b"\x00"):  # zeros: a file extended but never written (a torn tail)
+        return -1
+    cand = len(data)
+    for kind in (OP_ADD, OP_DELETE):
+        at = data.find(kind, start + HEADER.size)
+        while at != -1:
+            if _record_at(data, at - HEADER.size) != -1:
+                cand = min(cand, at - HEADER.size)
+                break
+            at = data.find(kind, at + 1)
+    return cand if cand < len(data) else -1
 
 
 @dataclass
-class ReplayResult:
-    ops: list[Op]
-    valid_bytes: int  # offset just after the last valid record
-    file_bytes: int  # size of the file as found
-    torn_bytes: int  # bytes after the last valid record (0 when the file ended cleanly)
+class Damage:
+    """Where a segment stops parsing: ``torn`` (nothing valid follows) or ``corrupt`` (valid
+    records follow from ``resume``)."""
+
+    offset: int
+    kind: str
+    detail: str
+    resume: int = -1
 
 
-def replay(path: str | os.PathLike, truncate: bool = False) -> ReplayResult:
-    """Read every valid record of one segment, stopping at the first torn or corrupt one.
+@dataclass
+class SegmentScan:
+    path: Path
+    ops: list[Op] = field(default_factory=list)
+    valid_bytes: int = 0  # offset just after the last valid record before any damage
+    file_bytes: int = 0
+    damage: Damage | None = None
+    data: bytes = b""
 
-    With ``truncate=True`` the file is cut back to the end of the last valid record (and
-    fsynced), so appends continue on a record boundary.
-    """
+    @property
+    def torn_bytes(self) -> int:
+        return self.file_bytes - self.valid_bytes if self.damage else 0
+
+
+def scan_segment(path) -> SegmentScan:
+    """Read one segment's valid records and classify what stops them (read-only)."""
     path = Path(path)
-    data = path.read_bytes()
-    ops: list[Op] = []
+    data = fsio.read_bytes(path)
+    scan = SegmentScan(path, file_bytes=len(data), data=data)
+    if data[:len(MAGIC)] != MAGIC:
+        if MAGIC.startswith(data) or not data.strip(b"\x00"):  # created, never fully written
+            scan.damage = Damage(0, "torn", "incomplete segment header")
+        else:
+            scan.damage = Damage(0, "corrupt", "not a bucketsearch WAL segment (bad magic)")
+        return scan
+    pos = len(MAGIC)
+    while pos < len(data):
+        end = _record_at(data, pos)
+        if end == -1:
+            break
+        scan.ops.append(decode(data[pos + HEADER.size:end]))
+        pos = end
+    scan.valid_bytes = pos
+    if pos < len(data):
+        nxt = _next_record(data, pos)
+        if nxt == -1:
+            scan.damage = Damage(pos, "torn", f"{len(data) - pos} bytes of an unfinished record")
+        else:
+            scan.damage = Damage(pos, "corrupt", f"damaged record ({nxt - pos} bytes) followed "
+                                 "by valid records", resume=nxt)
+    return scan
+
+
+def replay(path) -> SegmentScan:
+    """The valid records of one segment, refusing corruption (a torn tail is reported only)."""
+    scan = scan_segment(path)
+    if scan.damage is not None and scan.damage.kind == "corrupt":
+        raise CorruptLogError(path, scan.damage.offset, scan.damage.detail)
+    return scan
+
+
+def cut_torn_tail(scan: SegmentScan) -> Path | None:
+    """Repair a torn tail: keep the cut bytes in ``<segment>.broken-<offset>``, then truncate
+    the segment to its last valid record (or rewrite the magic) and fsync."""
+    path, cut = scan.path, scan.data[scan.valid_bytes:]
+    broken = None
+    if cut:
+        broken = path.with_name(f"{path.name}.broken-{scan.valid_bytes}")
+        fsio.write_file(broken, cut)
+    if scan.valid_bytes < len(MAGIC):
+        fsio.replace_file(path, MAGIC)
+    else:
+        fd = fsio.open_fd(path, os.O_WRONLY)
+        try:
+            fsio.ftruncate(fd, scan.valid_bytes, path)
+            fsio.fsync_fd(fd, path)
+        finally:
+            fsio.close(fd)
+    fsio.fsync_path(path.parent)
+    return broken
+
+
+@dataclass
+class Salvage:
+    """What :func:`salvage` kept and lost of one segment."""
+
+    ops: list[Op]
+    lost: list[tuple[int, int]]  # byte ranges [start, end) skipped
+
+
+def salvage(data: bytes) -> Salvage:
+    """Every intact record of a damaged segment, skipping damaged byte ranges."""
+    out = Salvage([], [])
     pos = len(MAGIC) if data[:len(MAGIC)] == MAGIC else 0
     if pos == 0 and data:
-        valid = 0  # not even a header: the whole file is garbage
-    else:
-        valid = pos
-        while pos + HEADER.size <= len(data):
-            length, crc = HEADER.unpack_from(data, pos)
-            start, end = pos + HEADER.size, pos + HEADER.size + length
-            if length > MAX_RECORD_BYTES or end > len(data):
-                break
-            payload = data[start:end]
-            if zlib.crc32(payload) != crc:
-                break
-            try:
-                ops.append(decode(payload))
-            except (ValueError, struct.error):
-                break
-            pos = valid = end
-    torn = len(data) - valid
-    if truncate and (torn or not data):
-        with open(path, "r+b") as f:
-            if valid < len(MAGIC):
-                f.truncate(0)
-                f.write(MAGIC)
-                valid = len(MAGIC)
-            else:
-                f.truncate(valid)
-            f.flush()
-            os.fsync(f.fileno())
-    return ReplayResult(ops, valid, len(data), torn)
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """fsync a directory so a created, renamed or deleted entry is durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        nxt = _next_record(data, 0) if _record_at(data, 0) == -1 else 0
+        if nxt != 0:
+            out.lost.append((0, len(data) if nxt == -1 else nxt))
+            pos = len(data) if nxt == -1 else nxt
+    while pos < len(data):
+        end = _record_at(data, pos)
+        if end != -1:
+            out.ops.append(decode(data[pos + HEADER.size:end]))
+            pos = end
+            continue
+        nxt = _next_record(data, pos)
+        out.lost.append((pos, len(data) if nxt == -1 else nxt))
+        pos = len(data) if nxt == -1 else nxt
+    return out
 
 
 def segment_name(seq: int) -> str:
     return f"wal-{seq:08d}.log"
 
 
-def list_segments(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+def list_segments(directory) -> list[tuple[int, Path]]:
     """``(sequence, path)`` of every WAL segment in ``directory``, in order."""
     found = []
     for entry in Path(directory).iterdir():
@@ -150,45 +283,92 @@ def list_segments(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-class WriteAheadLog:
-    """Appender of one open segment; thread-safe; every append is fsynced before it returns."""
+def create_segment(directory, seq: int) -> Path:
+    """Create an empty segment durably: magic to a temp file, fsync, rename, fsync the dir.
+    On failure nothing is left but possibly a ``.tmp`` file (ignored by :func:`list_segments`)."""
+    directory = Path(directory)
+    path = directory / segment_name(seq)
+    tmp = directory / f"{segment_name(seq)}.tmp"
+    try:
+        fsio.write_file(tmp, MAGIC)
+        fsio.rename(tmp, path)
+        fsio.fsync_path(directory)
+    except OSError:
+        for leftover in (tmp, path):
+            try:
+                fsio.unlink(leftover)
+            except OSError:
+                pass  # an empty segment left behind is harmless: it holds no record
+        raise
+    return path
 
-    def __init__(self, directory: str | os.PathLike, seq: int):
+
+class WriteAheadLog:
+    """Appender of one segment; thread-safe. It holds no open file between appends (each
+    append opens, writes at the known end, fsyncs and closes), so thousands of indexes cost no
+    file descriptors. ``failed`` is the reason of a fail-stop, else None."""
+
+    def __init__(self, directory, seq: int, size: int | None = None):
         self.directory = Path(directory)
         self.seq = seq
         self._lock = threading.Lock()
-        self._file = self._open(seq)
+        self.failed: str | None = None
+        path = self.path
+        if not path.exists():
+            create_segment(self.directory, seq)
+        self.size = path.stat().st_size if size is None else size
 
-    def _open(self, seq: int):
-        path = self.directory / segment_name(seq)
-        new = not path.exists()
-        f = open(path, "ab")
-        if new or f.tell() == 0:
-            f.write(MAGIC)
-            f.flush()
-            os.fsync(f.fileno())
-            fsync_dir(self.directory)
-        return f
+    @property
+    def path(self) -> Path:
+        return self.directory / segment_name(self.seq)
 
     def append(self, op: Op) -> None:
-        """Write one record and fsync it; only then may the caller acknowledge the write."""
-        payload = encode(op)
-        record = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+        """Write one record and fsync it; only then may the caller acknowledge the write.
+        Raises :class:`AppendFailed` (log unchanged) or :class:`LogFailed` (fail-stop)."""
+        data = record(op)
         with self._lock:
-            self._file.write(record)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            path = self.path
+            try:
+                fd = fsio.open_fd(path, os.O_WRONLY)
+            except OSError as exc:
+                raise AppendFailed(exc.errno or errno.EIO, f"cannot open the write-ahead "
+                                   f"log ({exc.strerror}); nothing was acknowledged") from exc
+            try:
+                if self.failed is not None:
+                    self._restore(fd)  # the fault may have cleared: try the undo again
+                    self.failed = None
+                fsio.pwrite_all(fd, data, self.size, path)
+                fsio.fsync_fd(fd, path)
+            except OSError as exc:
+                if self.failed is None:
+                    try:
+                        self._restore(fd)
+                    except OSError as undo:
+                        self.failed = (f"a write failed ({exc.strerror}) and the log could not "
+                                       f"be truncated back ({undo.strerror})")
+                if self.failed is not None:
+                    raise LogFailed(exc.errno or errno.EIO, f"write-ahead log unusable: "
+                                    f"{self.failed}; the index refuses writes until the disk "
+                                    "recovers; nothing was acknowledged") from exc
+                raise AppendFailed(exc.errno or errno.EIO, f"storage error ({exc.strerror}); "
+                                   "the log was restored, nothing was acknowledged") from exc
+            finally:
+                fsio.close(fd)
+            self.size += len(data)
+
+    def _restore(self, fd: int) -> None:
+        fsio.ftruncate(fd, self.size, self.path)
+        fsio.fsync_fd(fd, self.path)
 
     def rotate(self) -> int:
-        """Close the current segment and start the next one; returns the closed sequence."""
+        """Start the next segment; returns the closed sequence. On failure (raised) appends stay
+        on the current segment."""
         with self._lock:
-            closed = self.seq
-            self._file.close()
-            self.seq += 1
-            self._file = self._open(self.seq)
+            if self.failed is not None:
+                raise LogFailed(errno.EIO, f"write-ahead log unusable: {self.failed}")
+            create_segment(self.directory, self.seq + 1)
+            closed, self.seq, self.size = self.seq, self.seq + 1, len(MAGIC)
             return closed
 
     def close(self) -> None:
-        with self._lock:
-            if not self._file.closed:
-                self._file.close()
+        """Nothing is held open between appends; kept for symmetry."""

@@ -8,7 +8,8 @@ import pytest
 
 import naive
 from index.codes import pack_bits
-from index.live import DuplicateIdError, LiveIndex, check_mode
+from index.factory import check_served_mode
+from index.live import DuplicateIdError, LiveIndex
 
 
 def _clustered(rng, n, bits, n_centers=8, flips=3):
@@ -105,11 +106,10 @@ def test_crash_between_snapshot_and_cleanup(tmp_path):
     """A snapshot renamed into place while older WAL segments still exist replays correctly."""
     live = LiveIndex(tmp_path, 32, background_merge=False)
     live.add(np.arange(10, dtype=np.uint64)[:, None], np.arange(10))
-    live._cleanup = lambda through: None  # simulate a crash right after the snapshot rename
+    live._cleanup = lambda: None  # simulate a crash right after the snapshot rename
     live.merge()
     live.add(np.arange(10, 15, dtype=np.uint64)[:, None], np.arange(10, 15))
     live.delete([0])
-    live._wal.close()  # no close(): the process "dies"
     (tmp_path / "snap-00000099.tmp").mkdir()  # an unfinished later snapshot is ignored
     again = LiveIndex(tmp_path, 32, background_merge=False)
     xq = np.arange(20, dtype=np.uint64)[:, None]
@@ -124,7 +124,7 @@ def test_torn_tail_recovers(tmp_path):
     seg = sorted(tmp_path.glob("wal-*.log"))[-1]
     seg.write_bytes(seg.read_bytes()[:-7])  # tear the last record
     again = LiveIndex(tmp_path, 64, background_merge=False)
-    assert again.recovered_torn_bytes > 0 and again.ntotal == 4
+    assert again.recovery.torn_bytes > 0 and again.ntotal == 4
     again.add(np.array([[9]], dtype=np.uint64), [9])  # appends on a clean boundary
     again.close()
     assert LiveIndex(tmp_path, 64, background_merge=False).ntotal == 5
@@ -172,11 +172,13 @@ def test_readers_see_consistent_states_during_writes_and_background_merge(tmp_pa
 
 
 def test_modes():
-    check_mode("single", 64, None)
+    check_served_mode("single", 64, None)
     with pytest.raises(ValueError, match="substrings applies to mode 'mih'"):
-        check_mode("single", 64, 4)
+        check_served_mode("single", 64, 4)
     with pytest.raises(ValueError, match="mode must be one of"):
-        check_mode("lsh", 64, None)
-    with pytest.raises(ValueError, match=r"substrings must be in \[1, bits=64\], got 65"):
-        check_mode("mih", 64, 65)
-    check_mode("mih", 64, 4)
+        check_served_mode("lsh", 64, None)
+    with pytest.raises(ValueError, match=r"substrings must be in \[1, 64\].*got 65"):
+        check_served_mode("mih", 64, 65)
+    with pytest.raises(ValueError, match=r"substrings must be in \[2, 128\].*got 1"):
+        check_served_mode("mih", 128, 1)  # the create bug: a substring wider than 64 bits
+    check_served_mode("mih", 64, 4)

@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from index.mih import MultiIndex
-from index.planner import PLAN_MODES, AutoIndex, make_index
+from index.factory import make_index
+from index.planner import PLAN_MODES, AutoIndex
 from index.probe import HammingIndex
 from index.scan import LinearScan
 from index.synth import clustered_codes, queries_near

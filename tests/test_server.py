@@ -402,33 +402,49 @@ def test_cli_serve_help():
     assert "bucketsearch serve --data-dir data --port 8000" in out.stdout
 
 
-def test_not_ready_until_loaded_and_a_corrupt_snapshot_keeps_it_not_ready(
+def test_a_corrupt_snapshot_falls_back_and_a_corrupt_log_isolates_its_index(
         bucketsearch_server_factory, tmp_path):
+    """Trust issue: one corrupt snapshot made every index unavailable. Now a corrupt newest
+    snapshot falls back to the previous generation plus the log (nothing lost), and a WAL
+    damaged in the middle makes only its own index 'corrupt' while the others serve."""
     data = tmp_path / "corrupt"
     s = bucketsearch_server_factory(data, BUCKETSEARCH_WARMUP=0)
     with s.client() as c:
-        c.post("/v1/indexes", json={"name": "c", "bits": 16})
-        c.post("/v1/indexes/c/items", json={"ids": [1, 2], "codes": ["0001", "00ff"]})
-        c.post("/v1/indexes/c/merge")
+        for name in ("c", "d", "e"):
+            assert c.post("/v1/indexes", json={"name": name, "bits": 16}).status_code == 201
+            c.post(f"/v1/indexes/{name}/items", json={"ids": [1, 2], "codes": ["0001", "00ff"]})
+            c.post(f"/v1/indexes/{name}/merge")
+            c.post(f"/v1/indexes/{name}/items", json={"ids": [3], "codes": ["0f0f"]})
+        c.post("/v1/indexes/e/items", json={"ids": [4], "codes": ["0f0e"]})
     s.kill()
-    victim = sorted(data.glob("indexes/c/snap-*/main/*.npy"))[0]
+    victim = sorted(data.glob("indexes/c.*/snap-*/main/*.npy"))[0]
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF
     victim.write_bytes(bytes(raw))
-    broken = ServerProcess(data, {"BUCKETSEARCH_WARMUP": "0"})
+    segment = sorted(data.glob("indexes/e.*/wal-*.log"))[-1]
+    raw = bytearray(segment.read_bytes())
+    raw[8 + 8 + 3] ^= 0xFF  # the first of two records: damage followed by a valid record
+    segment.write_bytes(bytes(raw))
+    again = ServerProcess(data, {"BUCKETSEARCH_WARMUP": "0"}).start()
     try:
-        broken.start(wait_for="/healthz")
-        with broken.client() as c:
-            for _ in range(50):
-                r = c.get("/readyz")
-                if "startup failed" in (r.json().get("detail") or ""):
-                    break
-                time.sleep(0.1)
-            assert r.status_code == 503 and "checksum mismatch" in r.json()["detail"]
-            r = c.post("/v1/indexes/c/search", json={"codes": ["0001"], "max_distance": 0})
-            assert r.status_code == 503 and "not ready" in r.json()["detail"]
+        with again.client() as c:
+            ready = c.get("/readyz").json()
+            assert ready["index_states"]["c"]["state"] == "ready"
+            assert ready["index_states"]["d"]["state"] == "ready"
+            assert ready["index_states"]["e"]["state"] == "corrupt"
+            assert "bucketsearch repair" in ready["index_states"]["e"]["reason"]
+            assert str(tmp_path) not in str(ready)  # no file paths revealed
+            for name in ("c", "d"):
+                r = c.post(f"/v1/indexes/{name}/search", json={"codes": ["0001", "0f0f"],
+                                                              "max_distance": 0})
+                assert [x["ids"] for x in r.json()["results"]] == [[1], [3]]
+            r = c.post("/v1/indexes/e/search", json={"codes": ["0001"], "max_distance": 0})
+            assert r.status_code == 503 and "corrupt" in r.json()["detail"]
+            listed = {i["name"]: i for i in c.get("/v1/indexes").json()["indexes"]}
+            assert listed["e"]["state"] == "corrupt" and listed["c"]["size"] == 3
+            assert c.delete("/v1/indexes/e").status_code == 204  # a corrupt index can go
     finally:
-        broken.kill()
+        again.kill()
 
 
 RAW = {"content-type": "application/octet-stream"}

@@ -51,5 +51,5 @@ def test_missing_and_malformed(tmp_path):
 def test_wrong_kind_is_refused(tmp_path):
     from index.scan import LinearScan
     LinearScan(8).save(tmp_path / "scan")
-    with pytest.raises(ValueError, match="holds a 'scan' index, not 'hamming'"):
+    with pytest.raises(ValueError, match="holds a 'scan' index, not 'single'"):
         HammingIndex.load(tmp_path / "scan")

@@ -18,13 +18,19 @@ async def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 async def readyz(request: Request):
-    """200 once every index is loaded and every search path compiled by a warm-up query."""
+    """200 once the indexes are loaded and every search path is compiled (warm-up). An index
+    that failed to load does not hold the others back: ``index_states`` lists each index's
+    state (ready, read_only, corrupt, unavailable) and reason."""
     state = request.app.state
     if not getattr(state, "ready", False):
-        return JSONResponse(Health(status="starting",
-                                   detail=getattr(state, "startup_detail", None)).model_dump(),
+        detail = getattr(state, "startup_detail", None)
+        registry = getattr(state, "registry", None)
+        if detail and registry is not None:
+            detail = registry.redact(detail)
+        return JSONResponse(Health(status="starting", detail=detail).model_dump(),
                             status_code=503)
-    return Health(status="ready", indexes=len(state.registry.entries))
+    registry = state.registry
+    return Health(status="ready", indexes=len(registry.entries), index_states=registry.states())
 
 
 @router.get("/metrics", response_class=Response,

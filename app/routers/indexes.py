@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.deps import BodyBytes, EntryDep, ReadAuth, RegistryDep, SettingsDep, WriteAuth
+from app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep, SettingsDep,
+                      WriteAuth)
 from app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
                          WriteOut, error_responses, json_or_octet_body)
 from index.codes import n_bytes, pack_bytes, pack_hex
@@ -37,14 +38,16 @@ ITEMS_BODY = json_or_octet_body(ItemsIn)
 
 @router.post("", status_code=201, response_model=IndexInfo, dependencies=[WriteAuth])
 def create_index(body: CreateIndex, registry: RegistryDep) -> dict:
-    """Create an empty index. Modes 'mih' and 'auto' answer 400 until their engines land."""
+    """Create an empty index (atomic: validated by the engine first; nothing is left behind
+    on failure). Names are unique regardless of case."""
     entry = registry.create(body.name, body.bits, body.mode, body.substrings)
     return registry.info(entry)
 
 
 @router.get("", response_model=IndexList, dependencies=[ReadAuth])
 def list_indexes(registry: RegistryDep) -> dict:
-    return {"indexes": [registry.info(e) for e in list(registry.entries.values())]}
+    """Every index with its ``state`` (ready, read_only, corrupt, unavailable) and ``reason``."""
+    return {"indexes": registry.info_all()}
 
 
 @router.get("/{name}", response_model=IndexInfo, dependencies=[ReadAuth])
@@ -54,8 +57,9 @@ def get_index(entry: EntryDep, registry: RegistryDep) -> dict:
 
 
 @router.delete("/{name}", status_code=204, dependencies=[WriteAuth])
-def delete_index(entry: EntryDep, registry: RegistryDep) -> Response:
-    registry.delete(entry.name)
+def delete_index(name: IndexName, registry: RegistryDep) -> Response:
+    """Delete an index (also a corrupt or unavailable one) and its files."""
+    registry.delete(name)
     return Response(status_code=204)
 
 
