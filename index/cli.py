@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "demo": "loadtest.demo",
     "engine-demo": "index.demo",
     "eval": "index.metrics.cli",
+    "repair": "index.repair",
     "reproduce": "index.reproduce",
     "serve": "app.cli",
 }
@@ -24,6 +25,7 @@ EXAMPLES = """examples:
   bucketsearch engine-demo                # the engine alone, radius by radius
   bucketsearch eval --db-codes db.npy --query-codes q.npy --db-labels l.npy --query-labels m.npy
   bucketsearch reproduce                  # the RAMAP paper's tables on the embedded data
+  bucketsearch repair --data-dir data --index photos   # salvage a corrupt index
   bucketsearch serve --data-dir data --port 8000
 """
 
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
         print(f"bucketsearch {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -46,7 +46,7 @@ from index.factory import check_served_mode, load_index, make_index
 from index.probe import ResultLimitError
 from index.scan import LinearScan
 from index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail, list_segments,
-                       scan_segment)
+                       record, salvage, scan_segment)
 
 log = logging.getLogger(__name__)
 
@@ -295,13 +295,16 @@ def _assemble_stats(nq: int, st_parts):
     return type(st)(**out)
 
 
-def apply_ops(state: LiveState, ops: list[Op], check: bool = True) -> LiveState:
+def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
+              replace_live: bool = False) -> LiveState:
     """The state after ``ops`` (adds and deletes, in order) on top of ``state``.
 
     An add puts its items in the delta; a delete drops the id from the delta, and tombstones it
     when the main index holds it (the main copy stays dead even if the id is added again: the
     new item lives in the delta). With ``check``, an add of an id that is live at that point
-    raises ValueError (a log that contradicts itself); deletes of absent ids are no-ops.
+    raises ValueError (a log that contradicts itself); with ``replace_live`` (repair: a salvaged
+    log that lost a delete) such an add replaces the live item instead. Deletes of absent ids
+    are no-ops.
     Vectorized over all ops: events sorted by (id, sequence)."""
     adds = [(state.delta_ids, state.delta_words)] + [(op.ids, op.words) for op in ops
                                                      if op.kind == "add"]
@@ -319,7 +322,7 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True) -> LiveState:
     ev_id, is_add = ev_id[order], order < n_add
     same_next = np.zeros(len(order), dtype=bool)
     same_next[:-1] = ev_id[1:] == ev_id[:-1]
-    if check and n_add:
+    if (check or replace_live) and n_add:
         # an add must follow a delete of the same id, or be its id's first event with the id
         # not live in the main index
         prev_add = np.zeros(len(order), dtype=bool)
@@ -328,11 +331,14 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True) -> LiveState:
         first[1:] = ~same_next[:-1]
         main_live = state.in_main(ev_id) & ~np.isin(ev_id, state.tombstones)
         bad = is_add & (prev_add | (first & main_live))
-        if bad.any():
+        if bad.any() and not replace_live:
             raise ValueError(f"id {int(ev_id[bad][0])} is added while it is live")
+        replaced = ev_id[bad & main_live]  # the main copy of a replaced id is dead
     last = is_add & ~same_next  # an add that no later event of its id undoes
     rows = np.sort(order[last])
     tomb = state.tombstones
+    if replace_live and n_add and len(replaced):
+        tomb = np.union1d(tomb, replaced)
     if len(d_ids):
         hit = d_ids[state.in_main(d_ids)]
         if len(hit):
@@ -360,6 +366,7 @@ class Recovery:
     torn_bytes: int = 0
     broken_files: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # snapshots skipped, and why
+    lost: list[dict] = field(default_factory=list)  # repair: byte ranges of salvaged segments
 
 
 class CorruptIndexError(ValueError):
@@ -370,14 +377,17 @@ class CorruptIndexError(ValueError):
 class LiveIndex:
     """Durable, concurrently searchable index over one directory (snapshots + WAL segments).
 
-    ``failed`` is the reason the index refuses writes after a storage fault it could not undo
+    ``repair=True`` (``bucketsearch repair``) opens a damaged index by salvaging every intact
+    WAL record (``recovery.lost`` lists the byte ranges skipped) and letting an add of a live
+    id replace it (a salvaged log may have lost the delete before it). ``failed`` is the reason the index refuses writes after a storage fault it could not undo
     (fail-stop), else None; ``recovery`` says what opening it found."""
 
     def __init__(self, directory: str | os.PathLike, bits: int, mode: str = "single",
                  substrings: int | None = None, *, max_probes: int = 10_000_000,
                  merge_threshold: int = 50_000, read_only: bool = False, mmap: bool = False,
-                 background_merge: bool = True):
+                 background_merge: bool = True, repair: bool = False):
         self.directory = Path(directory)
+        self.repair = repair and not read_only
         self.bits = check_bits(bits)
         check_served_mode(mode, self.bits, substrings, max_probes)
         self.mode = mode
@@ -465,6 +475,12 @@ class LiveIndex:
         for k, (seq, path) in enumerate(segments):
             scan = scan_segment(path)
             newest = k == len(segments) - 1
+            if scan.damage is not None and self.repair and (scan.damage.kind == "corrupt"
+                                                            or not newest):
+                ops.extend(self._salvage(scan))
+                self.recovery.segments.append(seq)
+                size = None
+                continue
             if scan.damage is not None:
                 if scan.damage.kind == "corrupt" or not newest:
                     raise CorruptLogError(path, scan.damage.offset,
@@ -486,7 +502,7 @@ class LiveIndex:
         self.recovery.records = len(ops)
         state = self._base_state(main, version=0)
         try:
-            self.state = apply_ops(state, ops)
+            self.state = apply_ops(state, ops, replace_live=self.repair)
         except ValueError as exc:
             raise CorruptIndexError(f"the write-ahead log contradicts itself: {exc}") from None
         if not self.read_only:
@@ -494,6 +510,19 @@ class LiveIndex:
                 shutil.rmtree(leftover, ignore_errors=True)
             seq = segments[-1][0] if segments else through + 1
             self._wal = WriteAheadLog(self.directory, seq, size)
+
+    def _salvage(self, scan) -> list[Op]:
+        """Repair: keep every intact record of a damaged segment; the original bytes are kept
+        in ``<segment>.corrupt-<time>``, the segment is rewritten atomically."""
+        kept = salvage(scan.data)
+        path = scan.path
+        for start, end in kept.lost:
+            self.recovery.lost.append({"segment": path.name, "start": start, "end": end})
+        fsio.write_file(path.with_name(f"{path.name}.corrupt-{int(time.time())}"), scan.data)
+        fsio.replace_file(path, MAGIC + b"".join(record(op) for op in kept.ops))
+        log.warning("index %s: WAL %s salvaged: %d records kept, lost byte ranges %s",
+                    self.directory.name, path.name, len(kept.ops), kept.lost)
+        return kept.ops
 
     def _base_state(self, main, version: int) -> LiveState:
         ids = np.sort(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS

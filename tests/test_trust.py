@@ -1,0 +1,210 @@
+"""The trust issue's examples, one test each (in process, on real files), plus repair, the
+index cap, names regardless of case, and many indexes under a low file-descriptor limit."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from index import catalog
+from index.codes import to_hex
+from index.live import LiveIndex
+from index.repair import repair
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _client(data_dir: Path, **settings) -> TestClient:
+    app = create_app(Settings(data_dir=data_dir, warmup=False, calibration_queries=0,
+                              **settings))
+    return TestClient(app)
+
+
+def _ready(c: TestClient) -> dict:
+    for _ in range(600):
+        r = c.get("/readyz")
+        if r.status_code == 200:
+            return r.json()
+        time.sleep(0.05)
+    raise AssertionError(r.text)
+
+
+def _hex(values, bits=16):
+    return to_hex(np.asarray(values, dtype=np.uint64)[:, None], bits)
+
+
+def test_knn_finds_an_id_deleted_and_inserted_again(tmp_path):
+    """Example 1: after delete + re-insert (what the 409 message advises), k-NN omitted the id
+    until the next merge while range search returned it."""
+    with _client(tmp_path) as c:
+        _ready(c)
+        c.post("/v1/indexes", json={"name": "k", "bits": 16})
+        c.post("/v1/indexes/k/items", json={"ids": [1, 2], "codes": _hex([0x0001, 0xFF00])})
+        c.post("/v1/indexes/k/merge")
+        assert c.post("/v1/indexes/k/items", json={"ids": [1], "codes": _hex([0x00F0])}) \
+            .status_code == 409
+        c.post("/v1/indexes/k/items/delete", json={"ids": [1]})
+        assert c.post("/v1/indexes/k/items", json={"ids": [1], "codes": _hex([0x00F0])}) \
+            .status_code == 200
+        new = _hex([0x00F0])
+        knn = c.post("/v1/indexes/k/search", json={"codes": new, "k": 1}).json()
+        rng = c.post("/v1/indexes/k/search", json={"codes": new, "max_distance": 0}).json()
+        assert knn["results"][0]["ids"] == [1] == rng["results"][0]["ids"]
+        old = c.post("/v1/indexes/k/search", json={"codes": _hex([0x0001]), "k": 2}).json()
+        assert old["results"][0] == {"ids": [1, 2], "distances": [5, 9]}  # old code gone
+
+
+def test_a_refused_create_leaves_nothing_and_restart_serves(tmp_path):
+    """Example 2: mode mih with too few substrings for its bits answered 400 but left its
+    folder, and after a restart no index became ready."""
+    with _client(tmp_path) as c:
+        _ready(c)
+        assert c.post("/v1/indexes", json={"name": "ok", "bits": 64}).status_code == 201
+        r = c.post("/v1/indexes", json={"name": "bad", "bits": 128, "mode": "mih",
+                                        "substrings": 1})
+        assert r.status_code == 400 and "substrings" in r.json()["detail"]
+    assert [f.name for f in catalog.read_folders(tmp_path / "indexes")] == ["ok"]
+    with _client(tmp_path) as c:
+        states = _ready(c)["index_states"]
+        assert states == {"ok": {"state": "ready", "reason": None}}
+
+
+def test_names_are_unique_regardless_of_case_and_capped(tmp_path):
+    with _client(tmp_path, max_indexes=2) as c:
+        _ready(c)
+        assert c.post("/v1/indexes", json={"name": "Photos", "bits": 8}).status_code == 201
+        r = c.post("/v1/indexes", json={"name": "photos", "bits": 8})
+        assert r.status_code == 409 and "regardless of case" in r.json()["detail"]
+        assert c.post("/v1/indexes", json={"name": "b", "bits": 8}).status_code == 201
+        r = c.post("/v1/indexes", json={"name": "c", "bits": 8})
+        assert r.status_code == 409 and "max_indexes" in r.json()["detail"]
+        assert c.delete("/v1/indexes/b").status_code == 204
+        assert c.post("/v1/indexes", json={"name": "c", "bits": 8}).status_code == 201
+
+
+def test_recreating_a_name_gets_a_new_folder(tmp_path):
+    """A delete and re-create while a merge of the old incarnation runs cannot touch the new
+    index's files: every incarnation has its own folder."""
+    with _client(tmp_path) as c:
+        _ready(c)
+        c.post("/v1/indexes", json={"name": "x", "bits": 16})
+        first = {f.folder for f in catalog.read_folders(tmp_path / "indexes")}
+        c.delete("/v1/indexes/x")
+        c.post("/v1/indexes", json={"name": "x", "bits": 16})
+        second = {f.folder for f in catalog.read_folders(tmp_path / "indexes")}
+        assert len(first) == len(second) == 1 and first != second
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    holder = catalog.DataDirLock(tmp_path)
+    try:
+        with pytest.raises(catalog.DataDirLocked, match=r"locked by another bucketsearch "
+                                                        r"process \(pid \d+"):
+            catalog.DataDirLock(tmp_path)
+    finally:
+        holder.release()
+    catalog.DataDirLock(tmp_path).release()  # free again once the holder is gone
+
+
+def _damage_middle_record(folder: Path) -> Path:
+    segment = sorted(folder.glob("wal-*.log"))[-1]
+    raw = bytearray(segment.read_bytes())
+    raw[8 + 8 + 3] ^= 0xFF  # inside the first record's payload: valid records follow
+    segment.write_bytes(bytes(raw))
+    return segment
+
+
+def test_repair_salvages_every_intact_record_and_reports_the_loss(tmp_path, capsys):
+    folder = tmp_path / "indexes" / "r.0001"
+    folder.mkdir(parents=True)
+    (folder / "index.json").write_text(json.dumps({"name": "r", "bits": 16, "mode": "single"}))
+    live = LiveIndex(folder, 16, background_merge=False)
+    live.add(_codes([1, 2]), [1, 2])  # record 1: lost below
+    live.add(_codes([3]), [3])
+    live.delete([3])
+    live.add(_codes([4]), [4])
+    segment = _damage_middle_record(folder)
+    before = segment.read_bytes()
+    with pytest.raises(ValueError, match=r"corrupt at byte 8"):
+        LiveIndex(folder, 16, background_merge=False)
+    assert segment.read_bytes() == before  # refusing to open changes nothing
+    report = repair(tmp_path, "r")
+    assert report["items"] == 1 and report["lost"] == [
+        {"segment": segment.name, "start": 8, "end": 8 + 8 + 9 + 16 + 16}]
+    assert list(folder.glob("wal-*.log.corrupt-*"))[0].read_bytes() == before
+    again = LiveIndex(folder, 16, background_merge=False)
+    assert again.range_search(_codes([4]), 0)[2].tolist() == [4]
+    from index.cli import main
+    assert main(["repair", "--data-dir", str(tmp_path), "--index", "r"]) == 0
+    assert "nothing lost" in capsys.readouterr().out  # the second run finds it whole
+
+
+def _codes(values):
+    return np.asarray(values, dtype=np.uint64)[:, None]
+
+
+def test_delta_drains_after_a_bulk_load_and_at_start_up(tmp_path):
+    """Issue 18.1: writes that arrived during a background merge were never merged later, and
+    a delta over the threshold at start-up was never merged."""
+    live = LiveIndex(tmp_path, 32, merge_threshold=500)
+    rng = np.random.default_rng(0)
+    for j in range(10):  # ten batches back to back, most of them during a merge
+        live.add(rng.integers(0, 2**32, (400, 1), dtype=np.uint64), np.arange(400 * j,
+                                                                          400 * (j + 1)))
+    deadline = time.monotonic() + 60
+    while (live.merging or live.needs_merge()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    live.wait_for_merge()
+    assert len(live.state.delta_ids) < 500 and live.ntotal == 4000 and live.merges >= 2
+    live.close()
+    cold = LiveIndex(tmp_path, 32, merge_threshold=500, background_merge=False)
+    cold.add(rng.integers(0, 2**32, (600, 1), dtype=np.uint64), np.arange(4000, 4600))
+    cold.close()  # 600 items left in the delta, over the threshold
+    warm = LiveIndex(tmp_path, 32, merge_threshold=500)
+    warm.wait_for_merge()
+    assert len(warm.state.delta_ids) == 0 and warm.ntotal == 4600
+
+
+def test_many_indexes_under_a_low_file_descriptor_limit(tmp_path):
+    """Isolation: with few file descriptors the WAL holds none between appends, so 200 indexes
+    open and serve under RLIMIT_NOFILE = 64; an index whose load fails would be reported
+    alone."""
+    script = textwrap.dedent(f"""
+        import resource, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        from fastapi.testclient import TestClient
+        from app.main import create_app
+        from app.settings import Settings
+        app = create_app(Settings(data_dir={str(tmp_path)!r}, warmup=False,
+                                  calibration_queries=0))
+        with TestClient(app) as c:
+            while c.get("/readyz").status_code != 200:
+                time.sleep(0.05)
+            for i in range(200):
+                r = c.post("/v1/indexes", json={{"name": f"i{{i}}", "bits": 16}})
+                assert r.status_code == 201, r.text
+                r = c.post(f"/v1/indexes/i{{i}}/items", json={{"ids": [i], "codes": ["00ff"]}})
+                assert r.status_code == 200, r.text
+        with TestClient(create_app(Settings(data_dir={str(tmp_path)!r}, warmup=False,
+                                            calibration_queries=0))) as c:
+            while c.get("/readyz").status_code != 200:
+                time.sleep(0.05)
+            states = c.get("/readyz").json()["index_states"]
+            ok = sum(s["state"] == "ready" for s in states.values())
+            r = c.post("/v1/indexes/i7/search", json={{"codes": ["00ff"], "max_distance": 0}})
+            print(ok, r.json()["results"][0]["ids"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["200", "[7]"]
