@@ -156,9 +156,9 @@ def _sort_ids(a, lo, hi):
 
 @njit
 def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k, max_probes,
-                with_clock, max_results, stop, codes, code_base, slots, slot_base, bitmap, bitmap_base,
-                table_shift, filter_shift, direct, offsets, offset_base, positions, words, ids,
-                stamps, stamp):
+                with_clock, max_results, stop, codes, code_base, slots, slot_base, bitmap,
+                bitmap_base, table_shift, filter_shift, direct, offsets, offset_base, positions,
+                words, ids, stamps, stamp):
     """Multi-index search of every query; range search when ``k < 0``, k-NN otherwise.
 
     Radius step ``R`` probes substring ``j = R mod m`` to substring radius ``floor(R/m)`` with

@@ -54,11 +54,12 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
     """One pass over the items: keep those within the cut-off in ``sel`` / ``sel_d``.
 
     Range search (``k < 0``) keeps every item with ``d <= cut``, and stops the pass as soon as
-    more than ``limit`` are kept (the result cap: ``kept = limit + 1`` is then a lower bound). k-NN keeps a running cut-off
-    ``tau`` (at least ``k`` kept items lie at distance <= tau) and lowers it as closer items
-    arrive, so after the first few thousand items almost nothing is kept and the loop is one
-    popcount and one predictable branch per item. Returns ``(kept, tau)``; ``kept`` larger than
-    ``len(sel)`` means the buffer overflowed and the pass must be redone with a bigger one.
+    more than ``limit`` are kept (the result cap: ``kept = limit + 1`` is then a lower bound).
+    k-NN keeps a running cut-off ``tau`` (at least ``k`` kept items lie at distance <= tau) and
+    lowers it as closer items arrive, so after the first few thousand items almost nothing is
+    kept and the loop is one popcount and one predictable branch per item. Returns
+    ``(kept, tau)``; ``kept`` larger than ``len(sel)`` means the buffer overflowed and the pass
+    must be redone with a bigger one.
     """
     n, W = words.shape
     cap = len(sel)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, HTTPException
 from app.deps import EntryDep, ReadAuth, SettingsDep
 from app.routers.indexes import parse_hex
 from app.schemas import EvaluateIn, error_responses
+from index.probe import ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
                    responses=error_responses(400, 401, 403, 404, 413, 503))
@@ -27,6 +28,14 @@ def live_items(state) -> tuple[np.ndarray, np.ndarray]:
     ids, words = np.concatenate(ids), np.concatenate(words)
     order = np.argsort(ids, kind="stable")
     return ids[order], words[order]
+
+
+def check_pairs(nq: int, n_db: int, settings) -> None:
+    """The evaluate limit: ``nq x n_db`` distances at most ``max_evaluate_pairs``."""
+    if nq * n_db > settings.max_evaluate_pairs:
+        raise ValueError(f"codes: {nq} queries x {n_db} database items = "
+                         f"{nq * n_db:,} distances, more than max_evaluate_pairs="
+                         f"{settings.max_evaluate_pairs:,}; evaluate fewer queries per request")
 
 
 def max_guarded_radius(main, cap: int) -> int:
@@ -52,8 +61,13 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
     nq = len(body.codes)
     if nq > settings.max_batch:
         raise HTTPException(413, f"codes: {nq} queries exceed max_batch={settings.max_batch}")
-    xq = parse_hex(body.codes, entry.bits)
+    if body.radius_max is not None and body.radius_max > entry.bits:
+        raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {body.radius_max}")
     state = entry.live.state
+    # the limit before the work: the database's size is known without gathering its items
+    n_db = len(body.db_ids) if body.db_ids is not None else state.ntotal
+    check_pairs(nq, n_db, settings)
+    xq = parse_hex(body.codes, entry.bits)
     all_ids, all_words = live_items(state)
     if body.db_ids is not None:
         db_ids = np.asarray(body.db_ids, dtype=np.int64)
@@ -69,10 +83,7 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
         db_ids, db_words = all_ids, all_words
     if len(db_ids) == 0:
         raise ValueError("db_ids: the evaluation database is empty (the index has no items)")
-    if nq * len(db_ids) > settings.max_evaluate_pairs:
-        raise ValueError(f"codes: {nq} queries x {len(db_ids)} database items = "
-                         f"{nq * len(db_ids):,} distances, more than max_evaluate_pairs="
-                         f"{settings.max_evaluate_pairs:,}; evaluate fewer queries per request")
+    check_pairs(nq, len(db_ids), settings)  # the same count (a state swap could change it)
     if body.relevant_ids is not None:
         if body.query_labels is not None or body.db_labels is not None:
             raise ValueError("relevant_ids: give either relevant_ids or query_labels + "
@@ -99,19 +110,26 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
                              f"{len(db_ids)} db_ids")
         relevance = rel.from_labels(np.asarray(body.query_labels),
                                     np.asarray(body.db_labels))
-    main = state.main
+    # RAMAP's measured cost is that of bucket probing radius by radius: the planner's
+    # single table is timed (its plan could be a scan, which has no per-radius time)
+    main = getattr(state.main, "single", state.main)
     radius_max = body.radius_max
     if radius_max is None:
         radius_max = max_guarded_radius(main, min(entry.bits, 10))
-    if radius_max > entry.bits:
-        raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {radius_max}")
     measured = None
     measured_info = None
     per_query = main.probe_count(radius_max)
     n_measure = min(body.measure_queries, settings.max_request_probes // max(per_query, 1))
+    st = None
+    over_results = None
     if n_measure and per_query <= main.max_probes:
         sample = xq[:n_measure]
-        st = main.range_search(sample, radius_max, stats=True)[3]
+        try:
+            st = main.range_search(sample, radius_max, stats=True,
+                                   max_results=settings.max_results)[3]
+        except ResultLimitError as exc:
+            over_results = exc.reached
+    if st is not None:
         entry.cost.observe(st)
         per_radius = st.lookup_ns[:, :radius_max + 1].mean(axis=0)
         per_radius = np.maximum(per_radius, 1.0)  # a clock tick below 1 ns reads as 0
@@ -127,7 +145,12 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
                           ks=tuple(body.ks), graded=body.graded, conventions=conv,
                           measured_cost=measured)
     result["measured_cost"] = measured_info
-    if measured_info is None:
+    if over_results is not None:
+        result["measured_cost_note"] = (
+            f"not measured: the timed radius-{radius_max} search of {n_measure} queries returns "
+            f"at least {over_results:,} ids, more than max_results={settings.max_results}; "
+            "use a smaller radius_max or measure_queries")
+    elif measured_info is None:
         result["measured_cost_note"] = (
             f"not measured: radius_max={radius_max} probes {main.probe_count(radius_max):,} "
             f"buckets per query, above the probe guard {main.max_probes:,} or the request budget "

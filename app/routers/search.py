@@ -1,4 +1,26 @@
-"""Radius and k-NN search with per-query, per-radius work counters."""
+"""Radius and k-NN search with per-query, per-radius work counters.
+
+The search limits, each checked before the work it limits (issue 10), the same for JSON and
+octet-stream bodies:
+
+* ``max_batch`` (413): queries per request, checked while the body is parsed.
+* ``max_k``, and ``nq x k <= max_results`` (k-NN): checked before any search.
+* ``max_request_probes``: bucket lookups of the whole request, charged with the honest count of
+  the engine that runs (``planned_probe_count``: sum C(Q, r) for the single table, substring
+  probes for multi-index hashing, the chosen plan's count for the planner). A radius search is
+  refused up front when ``nq x`` that count passes it; mode "auto" plans under the per-query
+  share ``max_request_probes // nq``, so it picks a plan that fits (the scan when no probing
+  plan does). k-NN: every query gets that share (at least one probe) and switches to a scan
+  when its next radius would pass it, so it never fails.
+* ``max_results`` (radius search): enforced by the kernels while they build the results: they
+  stop once the count passes it, so even a huge radius holds at most about threads x
+  max_results results in memory before the 400 (which gives the count reached, a lower bound).
+
+Linear scans (the planner's scan plan, k-NN's scan fallback, the delta segment of recent
+inserts) probe no bucket and are not charged to the probe budget: their work is at most
+``nq x N`` popcounts (nq <= max_batch; the delta holds about merge_threshold items at most),
+linear and predictable, where probing grows as C(Q, r).
+"""
 from __future__ import annotations
 
 import time
@@ -15,7 +37,8 @@ from app.encode import knn_to_csr, results_binary, results_json
 from app.routers.indexes import check_batch, parse_hex, validate_json_body
 from app.schemas import SearchRequest, SearchResponse, error_responses, json_or_octet_body
 from index.codes import n_bytes, pack_bytes
-from index.probe import ProbeLimitError
+from index.live import with_probe_limit
+from index.probe import ProbeLimitError, ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"],
                    responses=error_responses(400, 401, 403, 404, 413, 415, 503))
@@ -24,12 +47,15 @@ router = APIRouter(prefix="/v1/indexes", tags=["search"],
 class RequestProbeLimit(ProbeLimitError):
     """The whole batch would probe more buckets than ``max_request_probes``."""
 
-    def __init__(self, nq: int, per_query: int, limit: int):
-        self.probes, self.limit, self.radius = nq * per_query, limit, None
+    def __init__(self, nq: int, per_query: int, limit: int, radius: int, mode: str):
+        self.probes, self.limit, self.radius = nq * per_query, limit, radius
+        other = {"single": "mode 'mih' or 'auto'", "mih": "mode 'auto' (it can scan)"}
         ValueError.__init__(
-            self, f"codes: {nq} queries x {per_query:,} probes = {nq * per_query:,} buckets, "
-                  f"more than the per-request limit max_request_probes={limit:,}; send fewer "
-                  "queries per request, use a smaller radius, or mode 'mih'/'auto'")
+            self, f"codes: {nq} queries x {per_query:,} probes (radius {radius}, mode "
+                  f"{mode!r}) = {nq * per_query:,} buckets, more than the per-request limit "
+                  f"max_request_probes={limit:,}; send fewer queries per request, use a smaller "
+                  f"radius{', or ' + other[mode] if mode in other else ''}")
+
 
 STAT_FIELDS = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")
 
@@ -100,6 +126,8 @@ def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
         if (params["max_distance"] is None) == (params["k"] is None):
             raise ValueError("max_distance: give exactly one of the query parameters "
                              "max_distance (radius search) or k (k-NN)")
+        if params["k"] is not None:
+            check_knn(len(body) // nb, params["k"], settings)
         try:
             xq = pack_bytes(np.frombuffer(body, dtype=np.uint8).reshape(-1, nb), bits)
         except ValueError as exc:
@@ -113,6 +141,8 @@ def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
                              "application/octet-stream; put it in the JSON body")
         req = validate_json_body(SearchRequest, body)
         check_batch(len(req.codes), settings, "codes")
+        if req.k is not None:
+            check_knn(len(req.codes), req.k, settings)
         job = SearchJob(parse_hex(req.codes, bits), req.max_distance, req.k, req.stats, binary,
                         time.perf_counter() - t)
     else:
@@ -186,30 +216,52 @@ async def search(
     return await run_in_threadpool(parse_and_run)
 
 
+def check_knn(nq: int, k: int, settings) -> None:
+    """k-NN limits, before any work: ``k <= max_k`` and ``nq x k <= max_results``."""
+    if k > settings.max_k:
+        raise ValueError(f"k: {k} exceeds the limit max_k={settings.max_k}")
+    if nq * k > settings.max_results:
+        raise ValueError(f"k: {nq} queries x k={k} = {nq * k:,} results, more than "
+                         f"max_results={settings.max_results}; send fewer queries per request "
+                         "or a smaller k")
+
+
+def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | None:
+    """The probe budget of a radius search, before any work: raises :class:`RequestProbeLimit`
+    when ``nq`` queries of the engine that would run pass ``max_request_probes``. Returns the
+    per-query probe limit to search with (None: the engine's own guard answers first)."""
+    entry.live.check_radius(radius)
+    main = state.main
+    share = max(settings.max_request_probes // nq, 1)
+    per_query = with_probe_limit(main, share).planned_probe_count(radius, nq)
+    if per_query > main.max_probes:
+        return None  # the engine raises its per-query ProbeLimitError, before work too
+    if nq * per_query > settings.max_request_probes:
+        raise RequestProbeLimit(nq, per_query, settings.max_request_probes, radius, entry.mode)
+    return share
+
+
 def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
     t_parsed = time.perf_counter()
     nq = len(job.xq)
-    live = entry.live
-    if job.k is not None:
-        if job.k > settings.max_k:
-            raise ValueError(f"k: {job.k} exceeds the limit max_k={settings.max_k}")
+    state = entry.live.state  # the request reads the live state once
+    if job.k is not None:  # k and nq x k were checked by parse_search, before decoding
         # the request's probe budget, shared by its queries, caps each query's k-NN growth
         per_query = max(settings.max_request_probes // nq, 1)
-        D, I, st = live.search(job.xq, job.k, stats=True, max_probes=per_query)
+        D, I, st = state.search(job.xq, job.k, stats=True, max_probes=per_query)
         lims, D, I = knn_to_csr(D, I)
     else:
-        live.check_radius(job.max_distance)
-        main = live.state.main
-        per_query = main.probe_count(job.max_distance)
-        if entry.mode != "auto" and per_query <= main.max_probes \
-                and nq * per_query > settings.max_request_probes:
-            raise RequestProbeLimit(nq, per_query, settings.max_request_probes)
-        lims, D, I, st = live.range_search(job.xq, job.max_distance, stats=True)
-        total = int(lims[-1])
-        if total > settings.max_results:
-            raise ValueError(f"max_distance: radius {job.max_distance} returns {total} ids, "
-                             f"more than max_results={settings.max_results}; use a smaller "
-                             "radius, fewer queries, or k")
+        R = job.max_distance
+        per_query = check_range_probes(entry, state, nq, R, settings)
+        try:
+            lims, D, I, st = state.range_search(job.xq, R, stats=True, max_probes=per_query,
+                                                max_results=settings.max_results)
+        except ResultLimitError as exc:
+            raise ValueError(
+                f"max_distance: radius {R} returns at least {exc.reached:,} ids for {nq} "
+                f"queries (counted before the search stopped), more than max_results="
+                f"{settings.max_results}; use a smaller radius, fewer queries per request, "
+                "or k") from None
     t_searched = time.perf_counter()
     entry.cost.observe(st)
     if job.binary:
