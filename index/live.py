@@ -199,11 +199,11 @@ class LiveState:
         """``D, I, main_stats``: k nearest by (distance, id), padded with -1 (distance -1).
 
         Tombstones hide main-index items only: an id deleted and inserted again lives in the
-        delta. The delta is scanned first; when it holds k items within distance ``b`` of a query, the
-        main table only needs a radius-``b`` range search for that query (the union's k nearest
-        are within ``b``). Other queries run the main table's k-NN search; a query whose k
-        nearest in the main table include tombstones is searched again for
-        ``k + len(tombstones)`` so that k live items are found.
+        delta. The delta is scanned first; when it holds k items within distance ``b`` of a
+        query, the main table only needs a radius-``b`` range search for that query (the
+        union's k nearest are within ``b``). Other queries run the main table's k-NN search; a
+        query whose k nearest in the main table include tombstones is searched again with twice
+        the k until k live items are found.
         """
         nq = len(xq)
         parts, st_parts = [], []
@@ -238,24 +238,21 @@ class LiveState:
             sel = np.flatnonzero(~usable)
             if len(sel):
                 kk = min(k, main.ntotal)
-                res = main.search(xq[sel], kk, stats=stats)
-                D, I = res[0], res[1]
-                redo = np.zeros(len(sel), dtype=bool)
-                if len(self.tombstones) and kk < main.ntotal:
-                    redo = np.isin(I, self.tombstones).any(axis=1)
-                parts.append(_drop_padding((sel[~redo][:, None].repeat(kk, 1).ravel(),
-                                            D[~redo].ravel(), I[~redo].ravel()),
-                                           self.tombstones))
-                if stats:
-                    st_parts.append((sel[~redo], _rows(res[2], ~redo)))
-                if redo.any():
-                    k2 = min(k + len(self.tombstones), main.ntotal)
-                    res2 = main.search(xq[sel[redo]], k2, stats=stats)
-                    parts.append(_drop_padding((sel[redo][:, None].repeat(k2, 1).ravel(),
-                                                res2[0].ravel(), res2[1].ravel()),
+                todo = sel
+                while len(todo):
+                    # a query whose kk nearest hold tombstones is searched again with twice kk
+                    # until k live items are found (memory grows with the tombstones met, not
+                    # with all of them)
+                    res = main.search(xq[todo], kk, stats=stats)
+                    D, I = res[0], res[1]
+                    live_found = ((I >= 0) & ~np.isin(I, self.tombstones)).sum(axis=1)
+                    done = (live_found >= min(k, main.ntotal)) | (kk >= main.ntotal)
+                    parts.append(_drop_padding((todo[done][:, None].repeat(kk, 1).ravel(),
+                                                D[done].ravel(), I[done].ravel()),
                                                self.tombstones))
                     if stats:
-                        st_parts.append((sel[redo], res2[2]))
+                        st_parts.append((todo[done], _rows(res[2], done)))
+                    todo, kk = todo[~done], min(2 * kk, main.ntotal)
         lims, d, i = merge_sorted(nq, parts)
         D_out = np.full((nq, k), -1, dtype=np.int32)
         I_out = np.full((nq, k), -1, dtype=np.int64)
@@ -469,6 +466,8 @@ class LiveIndex:
     def _recover(self) -> None:
         through, main = self._choose_base()
         self.recovery.snapshot = None if through < 0 else through
+        # snapshots verified by this process: the base, then each merge's (see _cleanup)
+        self._previous_snapshot = self._verified_snapshot = through
         segments = [(s, p) for s, p in list_segments(self.directory) if s > through]
         ops: list[Op] = []
         size = None
@@ -661,6 +660,7 @@ class LiveIndex:
                 with self._write_lock:
                     self._merging = False
                     self._during_merge = []
+            self._previous_snapshot, self._verified_snapshot = self._verified_snapshot, through
             self.merges += 1
             self.last_merge = time.time()
             self.last_merge_error = None
@@ -692,15 +692,19 @@ class LiveIndex:
         return final
 
     def _cleanup(self) -> None:
-        """Keep the two newest snapshots and the segments after the older of them; failures
-        only leave files for the next cleanup."""
-        snaps = _snapshot_dirs(self.directory)
-        keep_from = snaps[-2][0] if len(snaps) >= 2 else -1
+        """Keep the snapshot just written and the one verified before it (the base recovery
+        used, or the previous merge's: what a corrupt newest snapshot falls back to) and the
+        segments after the older of them. Any other snapshot goes, also a newer one that was
+        never verified (corrupt, skipped by recovery; or a merge's that failed its read-back):
+        kept, it would count as the previous generation. Failures only leave files for the
+        next cleanup."""
+        keep = (self._previous_snapshot, self._verified_snapshot)
         try:
-            for seq, path in snaps[:-2]:
-                fsio.rmtree(path)
+            for seq, path in _snapshot_dirs(self.directory):
+                if seq not in keep:
+                    fsio.rmtree(path)
             for seq, path in list_segments(self.directory):
-                if seq <= keep_from:
+                if seq <= keep[0]:
                     fsio.unlink(path)
             fsio.fsync_path(self.directory)
         except OSError as exc:
