@@ -719,6 +719,8 @@ class LiveIndex:
     def close(self) -> None:
         self._closed = True
         self.wait_for_merge()
+        if self._wal is not None:
+            self._wal.close()  # a fail-stopped log tries its undo once more
 
     # ---------------------------------------------------------------------------- reading
     @property

@@ -10,6 +10,7 @@ arrays are read with ``allow_pickle=False``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import uuid
@@ -40,12 +41,14 @@ def write_json_atomic(path: Path, obj) -> None:
 
 def save_arrays(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write a snapshot directory atomically (temp dir + fsync + rename); on any failure the
-    temp dir is removed (best effort) and ``path`` is as it was."""
+    temp dir is removed (best effort) and ``path`` holds the previous snapshot, or the new
+    one, complete, when only the final fsync of the parent failed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     fsio.mkdir(tmp)
     entries = {}
+    old = None
     try:
         for name, array in arrays.items():
             file = tmp / f"{name}.npy"
@@ -56,7 +59,6 @@ def save_arrays(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> N
                     "arrays": entries}
         fsio.write_file(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         fsio.fsync_path(tmp)
-        old = None
         if path.exists():
             old = path.with_name(f".{path.name}.{uuid.uuid4().hex}.old")
             fsio.rename(path, old)
@@ -65,6 +67,11 @@ def save_arrays(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> N
     except BaseException as exc:
         if not isinstance(exc, fsio.SimulatedCrash):
             shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and not path.exists():  # swapped out, new one not in: undo
+                with contextlib.suppress(OSError):
+                    fsio.rename(old, path)
+            elif old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -371,4 +371,18 @@ class WriteAheadLog:
             return closed
 
     def close(self) -> None:
-        """Nothing is held open between appends; kept for symmetry."""
+        """Nothing is held open between appends. A fail-stopped log tries its undo once more,
+        so that the write that failed is not replayed by the next open (best effort: if the
+        undo fails again, or the process dies first, that record may be found complete)."""
+        with self._lock:
+            if self.failed is None:
+                return
+            try:
+                fd = fsio.open_fd(self.path, os.O_WRONLY)
+                try:
+                    self._restore(fd)
+                finally:
+                    fsio.close(fd)
+            except OSError:
+                return
+            self.failed = None
