@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 HELP = "serve indexes over HTTP (FastAPI + uvicorn)"
 EPILOG = """examples:
@@ -9,7 +10,8 @@ EPILOG = """examples:
   BUCKETSEARCH_API_KEY=secret bucketsearch serve --data-dir /data --host 0.0.0.0
   bucketsearch serve --data-dir data --workers 2      # read-only workers sharing mmap'ed arrays
 
-Settings come from BUCKETSEARCH_* environment variables (see app/settings.py); the flags
+Settings come from BUCKETSEARCH_* environment variables (see app/settings.py and the README's
+"Limits" and "Auth" sections; an unknown BUCKETSEARCH_* name is reported at startup); the flags
 below override them. With --workers > 1 every worker is read-only (writes need one process
 owning the write-ahead log) and snapshot arrays are memory-mapped so the workers share them."""
 
@@ -33,8 +35,11 @@ def run(args) -> int:
     if args.workers > 1:
         os.environ["BUCKETSEARCH_READ_ONLY"] = "1"
         os.environ["BUCKETSEARCH_MMAP"] = "1"
-    from app.settings import Settings
+    from app.settings import Settings, warn_unknown_env
     Settings()  # fail fast on a bad BUCKETSEARCH_* value
+    # printed here, before uvicorn starts; create_app (in this process) does not repeat it
+    warn_unknown_env(emit=lambda warning: print(f"warning: {warning}", file=sys.stderr,
+                                                flush=True))
     uvicorn.run("app.main:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, timeout_graceful_shutdown=10)
     return 0

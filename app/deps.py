@@ -1,22 +1,24 @@
-"""Dependencies: settings, registry, the index named in the path, and API-key checks.
+"""Dependencies: settings, registry, the index named in the path, and the auth declarations.
+
+``ReadAuth`` / ``WriteAuth`` declare what a route needs; ``app.guard.Guard`` enforces it before
+the body is read (FastAPI parses a pydantic body before it resolves dependencies, so a check
+here alone would answer 422 before 401). The dependencies check again only when the guard did
+not run, or enforced less than the route declares (an app built without the guard).
 
 They are ``async def`` on purpose: each does a few attribute reads and no blocking work, and
 FastAPI would run a plain ``def`` dependency through the thread pool (one thread hop each,
 ~0.1-0.5 ms under load). The CPU work stays in the plain ``def`` endpoints."""
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import SecretStr
 
+from app import guard
+from app.redact import redact
 from app.registry import Entry, Registry
 from app.schemas import NAME_PATTERN
 from app.settings import Settings
-
-bearer = HTTPBearer(auto_error=False, description="API key: 'Authorization: Bearer <key>'")
 
 
 def settings_of(request: Request) -> Settings:
@@ -27,8 +29,9 @@ def registry_of(request: Request) -> Registry:
     """The registry, or 503 while the server is still starting."""
     state = request.app.state
     if not getattr(state, "ready", False):
-        raise HTTPException(503, f"not ready: {getattr(state, 'startup_detail', None)} "
-                                 "(poll /readyz)", headers={"Retry-After": "1"})
+        detail = redact(getattr(state, "startup_detail", None), state.settings)
+        raise HTTPException(503, f"not ready: {detail} (poll /readyz)",
+                            headers={"Retry-After": "1"})
     return state.registry
 
 
@@ -44,33 +47,45 @@ async def get_registry(request: Request) -> Registry:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RegistryDep = Annotated[Registry, Depends(get_registry)]
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 IndexName = Annotated[str, Path(pattern=NAME_PATTERN, description="index name")]
 
 
-def _check_key(creds: HTTPAuthorizationCredentials | None, keys: list[SecretStr]) -> None:
-    if creds is None or not creds.credentials:
-        raise HTTPException(401, "missing 'Authorization: Bearer <key>' header",
-                            headers={"WWW-Authenticate": "Bearer"})
-    given = creds.credentials.encode()
-    ok = False
-    for key in keys:  # compare with every key, constant time each
-        ok |= hmac.compare_digest(given, key.get_secret_value().encode())
-    if not ok:
-        raise HTTPException(403, "invalid API key")
-
-
-async def require_write(request: Request, creds: Credentials) -> None:
+def _enforce(request: Request, permission: str) -> None:
+    """The guard's check, unless the guard already enforced at least ``permission``."""
+    done = request.scope.get(guard.SCOPE_KEY)
+    if done is not None and guard.RANK[done] >= guard.RANK[permission]:
+        return
     settings = settings_of(request)
-    if settings.api_key is not None:
-        _check_key(creds, [settings.api_key])
+    denial = guard.authorize(permission, guard.Keys.of(settings),
+                             request.headers.get("authorization"))
+    if denial is not None:
+        raise HTTPException(denial.status, denial.detail,
+                            headers={k.decode(): v.decode() for k, v in denial.headers})
 
 
-async def require_read(request: Request, creds: Credentials) -> None:
-    settings = settings_of(request)
-    if settings.read_key is not None:
-        keys = [settings.read_key] + ([settings.api_key] if settings.api_key else [])
-        _check_key(creds, keys)
+async def require_write(request: Request) -> None:
+    _enforce(request, guard.WRITE)
+
+
+async def require_read(request: Request) -> None:
+    _enforce(request, guard.READ)
+
+
+#: The permission each auth dependency declares (read by app.guard.AccessPolicy).
+DECLARED = {require_write: guard.WRITE, require_read: guard.READ}
+
+
+def declared_permission(route) -> str | None:
+    """``"read"`` / ``"write"`` if the route depends (at any depth) on ReadAuth / WriteAuth,
+    the stricter if both; None if on neither or not a FastAPI route."""
+    found, todo = [], [getattr(route, "dependant", None)]
+    while todo:
+        dependant = todo.pop()
+        if dependant is None:
+            continue
+        found += [perm for call, perm in DECLARED.items() if dependant.call is call]
+        todo.extend(dependant.dependencies)
+    return max(found, key=guard.RANK.__getitem__) if found else None
 
 
 async def get_entry(name: IndexName, request: Request) -> Entry:

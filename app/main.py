@@ -8,20 +8,27 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from app import errors
-from app.metrics import AppMetrics, BodyLimitMiddleware, RequestMetricsMiddleware
-from app.openapi import document_auth_only_when_enabled
+from app.deps import declared_permission
+from app.guard import AccessPolicy, Guard
+from app.metrics import AppMetrics, RequestMetricsMiddleware
+from app.openapi import document_guard
 from app.registry import Registry
 from app.routers import costmodel, evaluate, health, indexes, search
-from app.settings import Settings
+from app.settings import Settings, warn_unknown_env
 from app.startup import start_up
 
 DESCRIPTION = """Hamming-space bucket search over binary codes, with per-query, per-radius work
 counters (probes, empty buckets, items, measured and modeled lookup time).
 
 Hex codes are big-endian in np.packbits order: the first hex digit holds bits 0-3. Writes are
-acknowledged only after their write-ahead-log record is fsynced. When BUCKETSEARCH_API_KEY is
-set, mutating endpoints need `Authorization: Bearer <key>`; reads too when
-BUCKETSEARCH_READ_KEY is set."""
+acknowledged only after their write-ahead-log record is fsynced.
+
+Auth: when BUCKETSEARCH_API_KEY (the write key) is set, writes need
+`Authorization: Bearer <key>`; when BUCKETSEARCH_READ_KEY is set, reads need the read key or
+the write key; with the read key alone nobody may write. The key is checked before the body is
+read. Every operation answers 413 for a body above BUCKETSEARCH_MAX_BODY_BYTES, 408 for a body
+slower than BUCKETSEARCH_BODY_TIMEOUT_S and 503 (Retry-After) beyond
+BUCKETSEARCH_MAX_CONCURRENT_REQUESTS requests in flight."""
 
 
 @asynccontextmanager
@@ -43,16 +50,23 @@ async def lifespan(app: FastAPI):
 ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router)
 
 
+def access_policy(app: FastAPI) -> AccessPolicy:
+    """Who may call what: from the routes' ReadAuth/WriteAuth declarations (app.guard)."""
+    return AccessPolicy(app.routes, declared_permission)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="bucketsearch", version="0.1.0", description=DESCRIPTION,
                   lifespan=lifespan)
     app.state.settings = settings or Settings()
+    warn_unknown_env()
     app.state.metrics = AppMetrics(app)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    document_auth_only_when_enabled(app, ROUTERS)
-    app.add_middleware(BodyLimitMiddleware,
-                       limit_getter=lambda scope: app.state.settings.max_body_bytes)
+    document_guard(app, access_policy)
+    # Starlette builds the middleware stack (so the guard's policy) at the first request, after
+    # every route is included; the guard is inside the metrics so that its answers are counted
+    app.add_middleware(Guard, app_state=app.state, make_policy=lambda: access_policy(app))
     app.add_middleware(RequestMetricsMiddleware)
     return app

@@ -1,6 +1,10 @@
 """Prometheus metrics: per-app registry (no module globals), request counters and latency
-histograms, and the per-index, per-radius search figures read from each index's CostTracker at
-scrape time (so a search pays numpy bookkeeping only, no per-observation Python call)."""
+histograms, counts of the requests the guard (app.guard) refused, and the per-index,
+per-radius search figures read from each index's CostTracker at scrape time (so a search pays
+numpy bookkeeping only, no per-observation Python call).
+
+Labels hold route templates, methods, statuses and index names, never a raw URL path or a
+file path (tests/test_http_guards.py checks the exposition)."""
 from __future__ import annotations
 
 import time
@@ -14,6 +18,7 @@ from app.costfit import SUB_BUCKETS, bucket_upper_ns
 #: Prometheus boundaries of bucketsearch_lookup_seconds: powers of two from 128 ns to ~34 s
 #: (each is a boundary of the CostTracker's finer histogram, so the counts are exact).
 LOOKUP_OCTAVES = range(7, 36)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                    10, 30)
 
@@ -62,6 +67,9 @@ class AppMetrics:
         self.latency = Histogram("bucketsearch_http_request_seconds", "HTTP request latency",
                                  ["method", "route"], buckets=REQUEST_BUCKETS,
                                  registry=self.registry)
+        self.rejections = Counter(
+            "bucketsearch_http_rejected", "requests the guard answered before the route ran",
+            ["reason"], registry=self.registry)  # auth, concurrency, body_size, body_timeout
         self.registry.register(SearchCollector(app))
 
 
@@ -89,65 +97,9 @@ class RequestMetricsMiddleware:
             if metrics is not None:
                 route = scope.get("route")
                 path = getattr(route, "path", None) or "unmatched"
-                metrics.requests.labels(scope["method"], path, str(status["code"])).inc()
-                metrics.latency.labels(scope["method"], path).observe(
+                method = scope["method"]
+                if method not in HTTP_METHODS:  # a client's made-up method: one series
+                    method = "other"
+                metrics.requests.labels(method, path, str(status["code"])).inc()
+                metrics.latency.labels(method, path).observe(
                     time.perf_counter() - start)
-
-
-class BodyLimitMiddleware:
-    """413 for a body larger than ``limit`` bytes, by Content-Length or while it streams in."""
-
-    def __init__(self, app, limit_getter):
-        self.app = app
-        self.limit_getter = limit_getter
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        limit = self.limit_getter(scope)
-        for key, value in scope.get("headers", ()):
-            if key == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    return await _reject(send, 400, "Content-Length header is not an integer")
-                if declared > limit:
-                    return await _reject(send, 413, f"request body of {declared} bytes exceeds "
-                                                    f"the limit of {limit} bytes "
-                                                    "(BUCKETSEARCH_MAX_BODY_BYTES)")
-        received = 0
-        started = {"v": False}
-
-        async def limited_receive():
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise _BodyTooLarge()
-            return message
-
-        async def tracking_send(message):
-            if message["type"] == "http.response.start":
-                started["v"] = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started["v"]:
-                await _reject(send, 413, f"request body exceeds the limit of {limit} bytes "
-                                         "(BUCKETSEARCH_MAX_BODY_BYTES)")
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _reject(send, status: int, detail: str) -> None:
-    import json
-    body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from app.costfit import CostTracker
+from app.redact import redact
 from index import catalog
 from index.factory import check_served_mode
 from index.live import CorruptIndexError, LiveIndex
@@ -83,11 +84,9 @@ class Registry:
         self.unavailable: dict[str, Unavailable] = {}
         self.data_lock = None if settings.read_only else catalog.DataDirLock(settings.data_dir)
 
-    def redact(self, text: str) -> str:
-        """``text`` without the data directory's path (errors are shown to clients)."""
-        for prefix in {str(self.root.parent.resolve()), str(self.root.parent)}:
-            text = text.replace(prefix, "<data_dir>")
-        return text
+    def redact(self, text: str | None) -> str | None:
+        """``text`` without file paths (reasons are shown to clients)."""
+        return redact(text, self.settings)
 
     def _open(self, folder: Path, meta: dict) -> Entry:
         s = self.settings
@@ -192,7 +191,7 @@ class Registry:
 
     def states(self) -> dict[str, dict]:
         """Every index's ``{"state", "reason"}``."""
-        out = {name: {"state": e.state, "reason": e.live.failed}
+        out = {name: {"state": e.state, "reason": self.redact(e.live.failed)}
                for name, e in list(self.entries.items())}
         out.update({u.name: {"state": u.state, "reason": u.reason}
                     for u in list(self.unavailable.values())})
@@ -218,7 +217,7 @@ class Registry:
             "name": entry.name, "bits": entry.bits, "mode": entry.mode,
             "substrings": getattr(st.main, "substrings", entry.substrings)
             if entry.mode != "single" else None,
-            "state": entry.state, "reason": live.failed,
+            "state": entry.state, "reason": self.redact(live.failed),
             "size": st.ntotal, "main_size": int(st.main.ntotal),
             "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
             "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** entry.bits,
@@ -227,7 +226,7 @@ class Registry:
             "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
                                 + st.delta_ids.nbytes),
             "merges": live.merges, "merging": live.merging, "last_merge": live.last_merge,
-            "last_merge_error": live.last_merge_error,
+            "last_merge_error": self.redact(live.last_merge_error),
         }
 
 

@@ -175,6 +175,7 @@ class Health(BaseModel):
     indexes: int | None = None
     detail: str | None = None
     index_states: dict[str, IndexState] | None = None
+    state_counts: dict[str, int] | None = None
 
 
 class ConventionsIn(Strict):

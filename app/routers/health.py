@@ -1,6 +1,8 @@
 """Liveness, readiness and the Prometheus endpoint."""
 from __future__ import annotations
 
+from collections import Counter
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,7 +22,8 @@ async def healthz() -> Health:
 async def readyz(request: Request):
     """200 once the indexes are loaded and every search path is compiled (warm-up). An index
     that failed to load does not hold the others back: ``index_states`` lists each index's
-    state (ready, read_only, corrupt, unavailable) and reason."""
+    state (ready, read_only, corrupt, unavailable) and reason (with a read key configured,
+    only ``state_counts``: this route is open, index names are not)."""
     state = request.app.state
     if not getattr(state, "ready", False):
         detail = getattr(state, "startup_detail", None)
@@ -30,7 +33,11 @@ async def readyz(request: Request):
         return JSONResponse(Health(status="starting", detail=detail).model_dump(),
                             status_code=503)
     registry = state.registry
-    return Health(status="ready", indexes=len(registry.entries), index_states=registry.states())
+    states = registry.states()
+    if state.settings.read_key is not None:  # an open route: with a read key, no index names
+        return Health(status="ready", indexes=len(registry.entries),
+                      state_counts=dict(Counter(s["state"] for s in states.values())))
+    return Health(status="ready", indexes=len(registry.entries), index_states=states)
 
 
 @router.get("/metrics", response_class=Response,
