@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from app.costfit import SUB_BUCKETS, bucket_upper_ns
 
@@ -57,6 +57,47 @@ class SearchCollector:
         yield lookup
         yield probes
         yield empty
+        yield from self.index_gauges(registry)
+
+    @staticmethod
+    def index_gauges(registry):
+        """Per index: live items, delta items, tombstones, merging, merges, the time of the last
+        merge and whether it failed, and its state (one series per index, state label fixed)."""
+        gauges = {
+            "items": GaugeMetricFamily("bucketsearch_index_items", "live items", labels=["index"]),
+            "delta": GaugeMetricFamily("bucketsearch_index_delta_items",
+                                       "items inserted since the last merge (scanned linearly)",
+                                       labels=["index"]),
+            "tomb": GaugeMetricFamily("bucketsearch_index_tombstones",
+                                      "main-table items deleted since the last merge",
+                                      labels=["index"]),
+            "merging": GaugeMetricFamily("bucketsearch_index_merging", "1 while a merge runs",
+                                         labels=["index"]),
+            "merges": CounterMetricFamily("bucketsearch_index_merges",
+                                          "merges since the server started", labels=["index"]),
+            "last": GaugeMetricFamily("bucketsearch_index_last_merge_timestamp_seconds",
+                                      "end of the last merge (Unix time; 0: none yet)",
+                                      labels=["index"]),
+            "error": GaugeMetricFamily("bucketsearch_index_last_merge_failed",
+                                       "1 when the last background merge failed",
+                                       labels=["index"]),
+            "state": GaugeMetricFamily("bucketsearch_index_state",
+                                       "1 for the index's state (ready, read_only, corrupt, "
+                                       "unavailable)", labels=["index", "state"]),
+        }
+        if registry is not None:
+            for entry in list(registry.entries.values()):
+                live, st, name = entry.live, entry.live.state, [entry.name]
+                gauges["items"].add_metric(name, st.ntotal)
+                gauges["delta"].add_metric(name, len(st.delta_ids))
+                gauges["tomb"].add_metric(name, len(st.tombstones))
+                gauges["merging"].add_metric(name, int(live.merging))
+                gauges["merges"].add_metric(name, live.merges)
+                gauges["last"].add_metric(name, live.last_merge or 0.0)
+                gauges["error"].add_metric(name, int(live.last_merge_error is not None))
+            for name, info in registry.states().items():
+                gauges["state"].add_metric([name, info["state"]], 1)
+        yield from gauges.values()
 
 
 class AppMetrics:

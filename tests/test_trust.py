@@ -208,3 +208,27 @@ def test_many_indexes_under_a_low_file_descriptor_limit(tmp_path):
                          cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["200", "[7]"]
+
+
+def test_merge_state_in_the_index_and_as_prometheus_gauges(tmp_path):
+    """Issue 18: delta size, merging, last merge and its error, in GET /v1/indexes/{name} and
+    /metrics."""
+    with _client(tmp_path, merge_threshold=1000) as c:
+        _ready(c)
+        c.post("/v1/indexes", json={"name": "g", "bits": 16})
+        c.post("/v1/indexes/g/items", json={"ids": [1, 2, 3], "codes": _hex([1, 2, 3])})
+        info = c.get("/v1/indexes/g").json()
+        assert (info["delta_size"], info["merging"], info["last_merge"]) == (3, False, None)
+        c.post("/v1/indexes/g/merge")
+        c.post("/v1/indexes/g/items/delete", json={"ids": [2]})
+        info = c.get("/v1/indexes/g").json()
+        assert info["delta_size"] == 0 and info["tombstones"] == 1 and info["last_merge"] > 0
+        text = c.get("/metrics").text
+        for line in ('bucketsearch_index_items{index="g"} 2.0',
+                     'bucketsearch_index_delta_items{index="g"} 0.0',
+                     'bucketsearch_index_tombstones{index="g"} 1.0',
+                     'bucketsearch_index_merging{index="g"} 0.0',
+                     'bucketsearch_index_merges_total{index="g"} 1.0',
+                     'bucketsearch_index_last_merge_failed{index="g"} 0.0',
+                     'bucketsearch_index_state{index="g",state="ready"} 1.0'):
+            assert line in text, line
