@@ -39,6 +39,7 @@ async def lifespan(app: FastAPI):
     loader = threading.Thread(target=start_up, args=(app,), name="bucketsearch-startup",
                               daemon=True)
     loader.start()
+    await run_in_threadpool(lambda: None)  # anyio's thread-pool backend loads now, not in a request
     try:
         yield
     finally:

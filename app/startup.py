@@ -1,58 +1,278 @@
-"""Startup work, off the event loop: load every index, compile and warm every search path,
-calibrate t0; ``/readyz`` turns 200 only after all of it."""
+"""Startup work, off the event loop: load every index, compile every kernel a request can reach,
+calibrate t0; ``/readyz`` turns 200 only after all of it ("ready means warm").
+
+Numba compiles a kernel once per type signature: dtype, layout and read-only-ness of every array
+argument. So the warm-up does not call kernels one by one; it sends every kind of request
+through the same code the server runs, on tiny live indexes (:func:`warm_kernels`): each mode,
+codes of one word (direct-addressed and hashed tables) and of several words, an empty index, a
+delta only, a main table only and main + delta + tombstones, radius and k-NN with stats on and
+off, both result writers, the t0 calibration and every relevance form of the evaluation. With
+``mmap`` the main tables are memory-mapped snapshots, read-only arrays, as the server has them.
+``tests/test_warmup.py`` checks that no request compiles anything after ready.
+
+Each phase is logged with its time on the ``bucketsearch.app`` logger (shown in the uvicorn
+log, see :func:`route_logs`). ``python -m app.startup --warm [--mmap]`` runs the warm-up alone:
+the Docker build runs it to fill the numba cache (``NUMBA_CACHE_DIR``).
+"""
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
-from fastapi import FastAPI
-
-from app.costfit import calibrate
-from app.registry import Registry
-from app.settings import Settings
 
 log = logging.getLogger("bucketsearch.app")
 
-
-def warm_up(registry: Registry, settings: Settings) -> None:
-    """Compile every search kernel (tiny indexes), touch every loaded index, calibrate t0."""
-    from index.probe import HammingIndex
-    from index.scan import LinearScan
-
-    from index.mih import MultiIndex
-
-    # multi-index hashing is also one of the planner's paths
-    engines = [HammingIndex, LinearScan, lambda bits: MultiIndex(bits, substrings=2)]
-    codes = np.array([[0], [1], [3]], dtype=np.uint64)
-    for make in engines:
-        idx = make(64)
-        idx.add(codes, ids=np.arange(3))
-        for stats in (False, True):
-            idx.range_search(codes, 1, stats=stats)
-            idx.search(codes, 1, stats=stats)
-    for entry in list(registry.entries.values()):
-        state = entry.live.state
-        if state.main.ntotal:
-            q = np.asarray(state.main.words[:1])
-            entry.live.range_search(q, 0, stats=True)
-            entry.live.search(q, 1, stats=True)
-        if settings.calibration_queries:
-            radius = min(settings.calibration_radius, entry.bits)
-            if state.main.probe_count(radius) <= state.main.max_probes:
-                calibrate(entry.live, entry.cost, settings.calibration_queries, radius)
+#: direct-addressed table (Q <= 16), one hashed word, several words
+WARM_BITS = (16, 64, 128)
+WARM_ITEMS = 64
+#: queries per warm-up search: as many as ``index.probe.PARALLEL_MIN_QUERIES``, so the chunks
+#: run on the pool threads too
+WARM_QUERIES = 16
+WARM_MAX_PROBES = 256
 
 
-def start_up(app: FastAPI) -> None:
+# ---------------------------------------------------------------------------------- logging
+def route_logs() -> None:
+    """Make the INFO lines of the ``bucketsearch`` loggers reach the server log.
+
+    uvicorn configures only its own loggers, so with nothing else set up an INFO record of
+    ``bucketsearch.app`` is dropped (Python's last-resort handler prints warnings and up). When
+    no handler would print them, the ``bucketsearch`` logger gets one on stderr in uvicorn's
+    format, at uvicorn's level (``--log-level``), INFO without uvicorn. A logging configuration
+    of the user (any handler on the way to the root logger) is left alone.
+    """
+    logger = logging.getLogger("bucketsearch")
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    try:
+        from uvicorn.logging import DefaultFormatter
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+    except ImportError:  # pragma: no cover -- uvicorn is a dependency
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        uvicorn_logger = logging.getLogger("uvicorn.error")
+        configured = logging.getLogger("uvicorn").handlers or uvicorn_logger.handlers
+        logger.setLevel(uvicorn_logger.getEffectiveLevel() if configured else logging.INFO)
+
+
+# ---------------------------------------------------------------------------------- warm-up
+def _codes(bits: int, n: int, seed: int) -> np.ndarray:
+    """Clustered codes (so every radius finds items and buckets hold several), as words."""
+    from index.codes import pack_bits
+    rng = np.random.default_rng(seed)
+    centers = rng.integers(0, 2, size=(4, bits), dtype=np.uint8)
+    rows = centers[rng.integers(0, len(centers), size=n)]
+    flips = rng.random(rows.shape) < 2.0 / bits
+    return pack_bits(rows ^ flips.astype(np.uint8))
+
+
+def _search_every_way(live, xq: np.ndarray) -> None:
+    """Radius and k-NN searches as the search endpoint runs them, stats on and off, with the
+    probe guard lowered (k-NN then ranks by a scan) and k above the item count, each answer
+    written as JSON and binary."""
+    from app.encode import knn_to_csr, results_binary, results_json
+    for stats in (False, True):
+        for radius, max_probes in ((1, None), (0, 1)):
+            lims, D, I, _ = live.range_search(xq, radius, stats=stats, max_probes=max_probes)
+            results_json(lims, D, I)
+            results_binary(lims, D, I)
+        for k, max_probes in ((3, None), (3, 1), (2 * WARM_ITEMS, None)):
+            D, I, _ = live.search(xq, k, stats=stats, max_probes=max_probes)
+            lims, D, I = knn_to_csr(D, I)
+            results_json(lims, D, I)
+            results_binary(lims, D, I)
+
+
+def _evaluate_every_way(live, xq: np.ndarray) -> None:
+    """The evaluation as the evaluate endpoint runs it, with every relevance form: class ids of
+    each integer width the histogram kernel narrows them to, multi-hot labels, relevant ids;
+    graded and not, with and without a measured cost."""
+    from index import relevance as rel
+    from index.metrics import evaluate
+
+    state = live.state
+    xb = np.concatenate([np.asarray(state.main.words), state.delta_words])
+    nq, nb = len(xq), len(xb)
+    q_class, b_class = np.arange(nq) % 3, np.arange(nb) % 3
+    relevances = [rel.from_labels(q_class * scale, b_class * scale)
+                  for scale in (1, 2**20, 2**40)]  # int16, int32, int64 class ids
+    eye = np.eye(3, dtype=np.int64)
+    relevances.append(rel.from_labels(eye[q_class], eye[b_class]))  # multi-hot
+    pairs = np.array([(q, q % nb) for q in range(nq)], dtype=np.int64)
+    relevances.append(rel.from_pairs(pairs, nq, nb))  # relevant ids
+    measured = np.cumsum(np.ones(live.bits + 1))
+    for relevance in relevances:
+        for graded in (False, True):
+            evaluate(xb, xq, relevance, bits=live.bits, radius_max=2, ks=(1, 5),
+                     graded=graded, measured_cost=measured if graded else None)
+
+
+def _warm_live(directory: Path, bits: int, mode: str, mmap: bool, evaluate: bool) -> None:
+    """One tiny live index taken through every state, searched every way in each; then the t0
+    calibration and (``evaluate``) the evaluation."""
+    from app.costfit import CostTracker, calibrate
+    from index.live import LiveIndex
+
+    words = _codes(bits, WARM_ITEMS, seed=bits)
+    xq = np.ascontiguousarray(words[:WARM_QUERIES])
+    half = WARM_ITEMS // 2
+    # a low probe guard keeps the planner's calibration (at every merge of an "auto" index)
+    # to radius 1 or 2: the same kernels, a fraction of the time
+    live = LiveIndex(directory, bits, mode, max_probes=WARM_MAX_PROBES, merge_threshold=10**9,
+                     mmap=mmap, background_merge=False)
+    try:
+        _search_every_way(live, xq)  # empty
+        live.add(words[:half], np.arange(half))
+        _search_every_way(live, xq)  # a delta only
+        live.merge()
+        _search_every_way(live, xq)  # a main table only (a memory-mapped snapshot with mmap)
+        live.add(words[half:], np.arange(half, WARM_ITEMS))
+        live.delete(np.array([0, 1, half]))
+        _search_every_way(live, xq)  # main + delta + tombstones
+        calibrate(live, CostTracker(bits), 8, 1)  # the t0 fit (start-up and endpoint)
+        if evaluate:
+            _evaluate_every_way(live, xq)
+    finally:
+        live.close()
+
+
+def warm_kernels(mmap: bool = False, modes=None, bit_lengths=WARM_BITS) -> int:
+    """Compile (or load from the numba cache) every kernel a request can reach: every kind of
+    request on tiny live indexes in a temporary directory, for each mode and code length, with
+    in-memory main tables and, with ``mmap``, memory-mapped (read-only) ones too. Returns the
+    number of compiled kernel signatures. ``modes``: default every mode a server may hold."""
+    from index.factory import SERVED_MODES
+
+    first = True  # the evaluation sees copies of the codes: once is enough
+    with tempfile.TemporaryDirectory(prefix="bucketsearch-warmup-", dir=_scratch_dir()) as tmp:
+        for use_mmap in (False, True) if mmap else (False,):
+            for mode in modes or SERVED_MODES:
+                for bits in bit_lengths:
+                    _warm_live(Path(tmp) / f"{mode}-{bits}-{int(use_mmap)}", bits, mode,
+                               use_mmap, evaluate=first)
+                    first = False
+    return compiled_signature_count()
+
+
+def _scratch_dir() -> str | None:
+    """A tmpfs when there is one: the warm-up's writes, merges and snapshots make some 600
+    fsyncs, free there and up to seconds on a disk; else the default temporary directory."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def compiled_signature_count() -> int:
+    """Compiled signatures of every numba kernel of the loaded ``app`` and ``index`` modules."""
+    import sys
+
+    from numba.core.dispatcher import Dispatcher
+    count = 0
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("app", "index"):
+            count += sum(len(obj.signatures) for obj in list(vars(module).values())
+                         if isinstance(obj, Dispatcher) and obj.py_func.__module__ == name)
+    return count
+
+
+def _cache_dir() -> str:
+    from numba.core.config import CACHE_DIR
+    return CACHE_DIR or "__pycache__ next to the sources"
+
+
+def warm_index(entry, settings) -> None:
+    """Touch one loaded index (a memory-mapped snapshot's pages are read in) and calibrate its
+    t0 (:func:`app.costfit.calibrate`); one log line."""
+    from app.costfit import calibrate
+
+    t = time.perf_counter()
+    live = entry.live
+    main = live.state.main
+    if main.ntotal:
+        q = np.array(main.words[:1])  # a copy: queries are never read-only arrays
+        live.range_search(q, 0, stats=True)
+        live.search(q, 1, stats=True)
+    radius = min(settings.calibration_radius, entry.bits)
+    if not settings.calibration_queries:
+        note = "not calibrated (BUCKETSEARCH_CALIBRATION_QUERIES=0)"
+    elif main.probe_count(radius) > main.max_probes:
+        note = f"not calibrated (radius {radius} is over the probe guard)"
+    else:
+        t0 = calibrate(live, entry.cost, settings.calibration_queries, radius)
+        note = (f"t0 {'n/a' if t0 is None else f'{t0:.1f} ns'} from "
+                f"{settings.calibration_queries} queries at radius {radius}")
+    log.info("calibration: index %s (%d items): %s in %.2f s", entry.name, live.ntotal, note,
+             time.perf_counter() - t)
+
+
+def warm_up(registry, settings) -> None:
+    """Compile every kernel (:func:`warm_kernels`), then touch and calibrate every loaded index
+    (:func:`warm_index`; a failure stays with its index); each phase logged."""
+    t = time.perf_counter()
+    signatures = warm_kernels(mmap=settings.mmap)
+    log.info("warm-up: %d kernel signatures compiled or loaded from the numba cache (%s) in "
+             "%.2f s", signatures, _cache_dir(), time.perf_counter() - t)
+    entries = list(registry.entries.values())
+    t = time.perf_counter()
+    for entry in entries:
+        try:
+            warm_index(entry, settings)
+        except Exception:  # noqa: BLE001 -- the other indexes still serve
+            log.exception("index %s: warm-up search or calibration failed", entry.name)
+    if entries:
+        log.info("calibration: %d indexes in %.2f s", len(entries), time.perf_counter() - t)
+
+
+def start_up(app) -> None:
     """Load every index, then warm up; runs in a thread so /healthz answers meanwhile."""
-    settings: Settings = app.state.settings
+    route_logs()
+    settings = app.state.settings
+    registry = app.state.registry
+    t_start = time.perf_counter()
     try:
         app.state.startup_detail = "loading indexes"
-        app.state.registry.load_all()
+        t = time.perf_counter()
+        registry.load_all()
+        unavailable = len(registry.unavailable)  # each one logged by the registry
+        log.info("loading indexes: %d loaded (%d items)%s in %.2f s", len(registry.entries),
+                 sum(e.live.ntotal for e in list(registry.entries.values())),
+                 f", {unavailable} unavailable" if unavailable else "",
+                 time.perf_counter() - t)
         if settings.warmup:
             app.state.startup_detail = "compiling and warming up search kernels"
-            warm_up(app.state.registry, settings)
+            warm_up(registry, settings)
+        else:
+            log.warning("warm-up disabled (BUCKETSEARCH_WARMUP=0): first requests compile "
+                        "kernels")
         app.state.startup_detail = None
         app.state.ready = True
+        log.info("ready in %.2f s", time.perf_counter() - t_start)
     except Exception as exc:  # stays not-ready; /readyz reports why
         log.exception("startup failed")
         app.state.startup_detail = f"startup failed: {type(exc).__name__}: {exc}"
+
+
+def main(argv=None) -> int:
+    """``python -m app.startup --warm [--mmap]``: fill the numba cache (Docker build step)."""
+    parser = argparse.ArgumentParser(prog="python -m app.startup", description=main.__doc__)
+    parser.add_argument("--warm", action="store_true", required=True,
+                        help="compile every kernel a request can reach (into NUMBA_CACHE_DIR)")
+    parser.add_argument("--mmap", action="store_true",
+                        help="also the read-only (memory-mapped snapshot) signatures")
+    args = parser.parse_args(argv)
+    route_logs()
+    t = time.perf_counter()
+    signatures = warm_kernels(mmap=args.mmap)
+    log.info("warm-up: %d kernel signatures in the numba cache (%s) in %.2f s", signatures,
+             _cache_dir(), time.perf_counter() - t)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,6 +2,7 @@
 keeps the properties the service relies on."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -52,9 +53,33 @@ def test_runtime_stage_properties():
     assert user and user[-1].split(":")[0] not in ("root", "0")
     assert "NUMBA_CACHE_DIR=" in stage
     assert re.search(r"^HEALTHCHECK .*", stage, re.M) and "/readyz" in stage
-    assert re.search(r'^VOLUME \["/data"\]', stage, re.M)
+    assert "/data" in _volumes(stage)
     cmd = re.findall(r"^CMD (.*)$", stage, re.M)[-1]
     assert '"bucketsearch", "serve"' in cmd and '"/data"' in cmd
+
+
+def _volumes(stage: str) -> list[str]:
+    return [path for line in re.findall(r"^VOLUME (\[.*\])$", stage, re.M)
+            for path in json.loads(line)]
+
+
+def test_numba_cache_is_filled_at_build_and_kept_in_a_volume():
+    """A new container starts warm: the build compiles every kernel into NUMBA_CACHE_DIR as the
+    runtime user, before that directory is declared a volume (Docker drops changes made to a
+    volume path after its VOLUME line), and the volume keeps what a start compiles later."""
+    stage = _runtime_stage()
+    cache = re.search(r"NUMBA_CACHE_DIR=(\S+)", stage).group(1)
+    assert cache in _volumes(stage)
+    lines = stage.splitlines()
+    warm = [i for i, line in enumerate(lines)
+            if line.startswith("RUN ") and "app.startup --warm" in line]
+    assert warm, "no RUN step fills the numba cache (python -m app.startup --warm)"
+    assert "--mmap" in lines[warm[0]]  # read-only snapshot arrays: the --workers > 1 signatures
+    volume = next(i for i, line in enumerate(lines)
+                  if line.startswith("VOLUME ") and cache in line)
+    user = max(i for i, line in enumerate(lines[:warm[0]]) if line.startswith("USER "))
+    venv = max(i for i, line in enumerate(lines[:warm[0]]) if line.startswith("COPY --from"))
+    assert venv < warm[0] < volume and lines[user].split()[1].split(":")[0] == "10001"
 
 
 def test_dockerignore_keeps_the_context_small():
