@@ -8,6 +8,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY bucketsearch ./bucketsearch
 COPY index ./index
 COPY app ./app
 COPY loadtest ./loadtest
@@ -32,7 +33,7 @@ USER 10001:10001
 # keys its cache by CPU: on a host whose CPU differs from the build machine's, the first start
 # compiles once more (about 75 s on 2 cores) into the cache volume, which keeps it for the next
 # container. The RUN must come before the VOLUME below (later changes to a volume are dropped).
-RUN python -m app.startup --warm --mmap
+RUN python -m bucketsearch.app.startup --warm --mmap
 WORKDIR /data
 VOLUME ["/data", "/var/cache/numba"]
 EXPOSE 8000

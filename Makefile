@@ -22,7 +22,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_engine.py
 
 clean-cache:
-	find index app loadtest -name '*.nb[ic]' -delete
+	find index app loadtest bucketsearch -name '*.nb[ic]' -delete
 
 clean: clean-cache
 	rm -rf $(VENV) out bench/out .pytest_cache .hypothesis

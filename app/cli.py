@@ -35,11 +35,11 @@ def run(args) -> int:
     if args.workers > 1:
         os.environ["BUCKETSEARCH_READ_ONLY"] = "1"
         os.environ["BUCKETSEARCH_MMAP"] = "1"
-    from app.settings import Settings, warn_unknown_env
+    from bucketsearch.app.settings import Settings, warn_unknown_env
     Settings()  # fail fast on a bad BUCKETSEARCH_* value
     # printed here, before uvicorn starts; create_app (in this process) does not repeat it
     warn_unknown_env(emit=lambda warning: print(f"warning: {warning}", file=sys.stderr,
                                                 flush=True))
-    uvicorn.run("app.main:create_app", factory=True, host=args.host, port=args.port,
+    uvicorn.run("bucketsearch.app.main:create_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers, log_level=args.log_level, timeout_graceful_shutdown=10)
     return 0

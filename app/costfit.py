@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from index.costmodel import fit_extended, fit_paper_model, fit_t0
-from index.probe import SearchStats
+from bucketsearch.index.costmodel import fit_extended, fit_paper_model, fit_t0
+from bucketsearch.index.probe import SearchStats
 
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
@@ -140,7 +140,7 @@ class CostTracker:
         st = type(recent[0]).concat(recent)
         model = fit_extended(st)
         out = model.to_dict()
-        out["source"] = f"index.costmodel.fit_extended over the last {len(st.radii)} queries"
+        out["source"] = f"bucketsearch.index.costmodel.fit_extended over the last {len(st.radii)} queries"
         return out
 
     def snapshot(self) -> dict[int, RadiusRecord]:
@@ -157,7 +157,7 @@ class CostTracker:
 
 def sample_queries(live, n: int, seed: int) -> np.ndarray:
     """``n`` query words: half codes present in the index, half uniform random codes."""
-    from index.codes import pack_bits
+    from bucketsearch.index.codes import pack_bits
 
     rng = np.random.default_rng(seed)
     state = live.state

@@ -14,11 +14,11 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 
-from app import guard
-from app.redact import redact
-from app.registry import Entry, Registry
-from app.schemas import NAME_PATTERN
-from app.settings import Settings
+from bucketsearch.app import guard
+from bucketsearch.app.redact import redact
+from bucketsearch.app.registry import Entry, Registry
+from bucketsearch.app.schemas import NAME_PATTERN
+from bucketsearch.app.settings import Settings
 
 
 def settings_of(request: Request) -> Settings:

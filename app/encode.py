@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from index._jit import njit
+from bucketsearch.index._jit import njit
 
 _HEAD = np.frombuffer(b'{"ids":[', dtype=np.uint8)
 _MID = np.frombuffer(b'],"distances":[', dtype=np.uint8)

@@ -4,10 +4,10 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
-from index.live import DuplicateIdError
-from index.wal import AppendFailed, LogFailed
-from index.probe import ProbeLimitError
+from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
+from bucketsearch.index.live import DuplicateIdError
+from bucketsearch.index.wal import AppendFailed, LogFailed
+from bucketsearch.index.probe import ProbeLimitError
 
 
 def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:

@@ -7,15 +7,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from app import errors
-from app.deps import declared_permission
-from app.guard import AccessPolicy, Guard
-from app.metrics import AppMetrics, RequestMetricsMiddleware
-from app.openapi import document_guard
-from app.registry import Registry
-from app.routers import costmodel, evaluate, health, indexes, search
-from app.settings import Settings, warn_unknown_env
-from app.startup import start_up
+from bucketsearch import __version__
+from bucketsearch.app import errors
+from bucketsearch.app.deps import declared_permission
+from bucketsearch.app.guard import AccessPolicy, Guard
+from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
+from bucketsearch.app.openapi import document_guard
+from bucketsearch.app.registry import Registry
+from bucketsearch.app.routers import costmodel, evaluate, health, indexes, search
+from bucketsearch.app.settings import Settings, warn_unknown_env
+from bucketsearch.app.startup import start_up
 
 DESCRIPTION = """Hamming-space bucket search over binary codes, with per-query, per-radius work
 counters (probes, empty buckets, items, measured and modeled lookup time).
@@ -57,7 +58,7 @@ def access_policy(app: FastAPI) -> AccessPolicy:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    app = FastAPI(title="bucketsearch", version="0.1.0", description=DESCRIPTION,
+    app = FastAPI(title="bucketsearch", version=__version__, description=DESCRIPTION,
                   lifespan=lifespan)
     app.state.settings = settings or Settings()
     warn_unknown_env()

@@ -13,7 +13,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from app.costfit import SUB_BUCKETS, bucket_upper_ns
+from bucketsearch.app.costfit import SUB_BUCKETS, bucket_upper_ns
 
 #: Prometheus boundaries of bucketsearch_lookup_seconds: powers of two from 128 ns to ~34 s
 #: (each is a boundary of the CostTracker's finer histogram, so the counts are exact).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from app.guard import OPEN, READ, UNCAPPED_PATHS, WRITE, AccessPolicy
+from bucketsearch.app.guard import OPEN, READ, UNCAPPED_PATHS, WRITE, AccessPolicy
 
 SCHEME = "HTTPBearer"
 HTTP_METHODS = {"get", "head", "post", "put", "patch", "delete", "options"}

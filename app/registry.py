@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.costfit import CostTracker
-from app.redact import redact
-from index import catalog
-from index.factory import check_served_mode
-from index.live import CorruptIndexError, LiveIndex
-from index.wal import CorruptLogError
+from bucketsearch.app.costfit import CostTracker
+from bucketsearch.app.redact import redact
+from bucketsearch.index import catalog
+from bucketsearch.index.factory import check_served_mode
+from bucketsearch.index.live import CorruptIndexError, LiveIndex
+from bucketsearch.index.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
 

@@ -11,7 +11,7 @@ off, both result writers, the t0 calibration and every relevance form of the eva
 ``tests/test_warmup.py`` checks that no request compiles anything after ready.
 
 Each phase is logged with its time on the ``bucketsearch.app`` logger (shown in the uvicorn
-log, see :func:`route_logs`). ``python -m app.startup --warm [--mmap]`` runs the warm-up alone:
+log, see :func:`route_logs`). ``python -m bucketsearch.app.startup --warm [--mmap]`` runs the warm-up alone:
 the Docker build runs it to fill the numba cache (``NUMBA_CACHE_DIR``).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def route_logs() -> None:
 # ---------------------------------------------------------------------------------- warm-up
 def _codes(bits: int, n: int, seed: int) -> np.ndarray:
     """Clustered codes (so every radius finds items and buckets hold several), as words."""
-    from index.codes import pack_bits
+    from bucketsearch.index.codes import pack_bits
     rng = np.random.default_rng(seed)
     centers = rng.integers(0, 2, size=(4, bits), dtype=np.uint8)
     rows = centers[rng.integers(0, len(centers), size=n)]
@@ -77,7 +77,7 @@ def _search_every_way(live, xq: np.ndarray) -> None:
     """Radius and k-NN searches as the search endpoint runs them, stats on and off, with the
     probe guard lowered (k-NN then ranks by a scan) and k above the item count, each answer
     written as JSON and binary."""
-    from app.encode import knn_to_csr, results_binary, results_json
+    from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
     for stats in (False, True):
         for radius, max_probes in ((1, None), (0, 1)):
             lims, D, I, _ = live.range_search(xq, radius, stats=stats, max_probes=max_probes)
@@ -94,8 +94,8 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
     """The evaluation as the evaluate endpoint runs it, with every relevance form: class ids of
     each integer width the histogram kernel narrows them to, multi-hot labels, relevant ids;
     graded and not, with and without a measured cost."""
-    from index import relevance as rel
-    from index.metrics import evaluate
+    from bucketsearch.index import relevance as rel
+    from bucketsearch.index.metrics import evaluate
 
     state = live.state
     xb = np.concatenate([np.asarray(state.main.words), state.delta_words])
@@ -117,8 +117,8 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
 def _warm_live(directory: Path, bits: int, mode: str, mmap: bool, evaluate: bool) -> None:
     """One tiny live index taken through every state, searched every way in each; then the t0
     calibration and (``evaluate``) the evaluation."""
-    from app.costfit import CostTracker, calibrate
-    from index.live import LiveIndex
+    from bucketsearch.app.costfit import CostTracker, calibrate
+    from bucketsearch.index.live import LiveIndex
 
     words = _codes(bits, WARM_ITEMS, seed=bits)
     xq = np.ascontiguousarray(words[:WARM_QUERIES])
@@ -148,7 +148,7 @@ def warm_kernels(mmap: bool = False, modes=None, bit_lengths=WARM_BITS) -> int:
     request on tiny live indexes in a temporary directory, for each mode and code length, with
     in-memory main tables and, with ``mmap``, memory-mapped (read-only) ones too. Returns the
     number of compiled kernel signatures. ``modes``: default every mode a server may hold."""
-    from index.factory import SERVED_MODES
+    from bucketsearch.index.factory import SERVED_MODES
 
     first = True  # the evaluation sees copies of the codes: once is enough
     with tempfile.TemporaryDirectory(prefix="bucketsearch-warmup-", dir=_scratch_dir()) as tmp:
@@ -189,7 +189,7 @@ def _cache_dir() -> str:
 def warm_index(entry, settings) -> None:
     """Touch one loaded index (a memory-mapped snapshot's pages are read in) and calibrate its
     t0 (:func:`app.costfit.calibrate`); one log line."""
-    from app.costfit import calibrate
+    from bucketsearch.app.costfit import calibrate
 
     t = time.perf_counter()
     live = entry.live
@@ -259,8 +259,8 @@ def start_up(app) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m app.startup --warm [--mmap]``: fill the numba cache (Docker build step)."""
-    parser = argparse.ArgumentParser(prog="python -m app.startup", description=main.__doc__)
+    """``python -m bucketsearch.app.startup --warm [--mmap]``: fill the numba cache (Docker build step)."""
+    parser = argparse.ArgumentParser(prog="python -m bucketsearch.app.startup", description=main.__doc__)
     parser.add_argument("--warm", action="store_true", required=True,
                         help="compile every kernel a request can reach (into NUMBA_CACHE_DIR)")
     parser.add_argument("--mmap", action="store_true",

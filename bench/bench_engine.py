@@ -21,11 +21,11 @@ import time
 import faiss
 import numpy as np
 
-from index.codes import to_packed
-from index.factory import make_index
-from index.probe import HammingIndex
-from index.scan import LinearScan
-from index.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.codes import to_packed
+from bucketsearch.index.factory import make_index
+from bucketsearch.index.probe import HammingIndex
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
 
 def timed(fn, repeat=3):

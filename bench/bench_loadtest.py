@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadtest import dataset  # noqa: E402
-from loadtest.cli import execute, write_outputs  # noqa: E402
-from loadtest.demo import INDEX, ServerProcess, calibrate, free_port, load_index  # noqa: E402
-from loadtest.runner import RunConfig  # noqa: E402
-from loadtest.workload import QueryClass, Workload  # noqa: E402
+from bucketsearch.loadtest import dataset  # noqa: E402
+from bucketsearch.loadtest.cli import execute, write_outputs  # noqa: E402
+from bucketsearch.loadtest.demo import INDEX, ServerProcess, calibrate, free_port, load_index  # noqa: E402
+from bucketsearch.loadtest.runner import RunConfig  # noqa: E402
+from bucketsearch.loadtest.workload import QueryClass, Workload  # noqa: E402
 
 WRK_SCRIPT = """
 wrk.method = "POST"

@@ -29,10 +29,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from index.codes import to_packed
-from index.costmodel import cost_report, fit_paper_model
-from index.planner import AutoIndex
-from index.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.codes import to_packed
+from bucketsearch.index.costmodel import cost_report, fit_paper_model
+from bucketsearch.index.planner import AutoIndex
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
 OUT = Path(__file__).resolve().parent / "out"
 RADII = range(9)
@@ -188,13 +188,13 @@ def bench_dataset(name, xb, bits, nq, nq_slow, seed=11):
     rep_single = cost_report(auto.single, xq, 3, paper=None, repeats=2)
     row["paper_fit"] = {"t0_ns": paper.t0_ns, "r2": paper.r2, "rel_error": paper.rel_error,
                         "report_t0_ns": rep_single["t0_ns"], "report_r2": rep_single["paper_r2"]}
-    from index.costmodel import PaperModel
+    from bucketsearch.index.costmodel import PaperModel
     single_paper = PaperModel(bits, rep_single["t0_ns"])
     rep_mih = cost_report(auto.mih, xq, max(RADII), paper=single_paper)
     rep_auto = cost_report(auto, xq, max(RADII), paper=single_paper)
     row["reports"] = {"single": rep_single, "mih": rep_mih, "auto": rep_auto}
     OUT.mkdir(exist_ok=True)
-    from index.costmodel import plot_reports
+    from bucketsearch.index.costmodel import plot_reports
     plot_reports([rep_single, rep_mih, rep_auto], OUT / f"cost_{name}.png")
     del auto, flat
     gc.collect()
@@ -232,8 +232,8 @@ def microbench(sets, nq) -> None:
     """Paper ``t0`` of the single table two ways: least squares through the origin on its own
     per-radius lookup times (r = 0..3) and the micro-benchmark of empty and non-empty probes
     mixed by the fraction of non-empty probes measured in those searches."""
-    from index.costmodel import microbenchmark_t0
-    from index.probe import HammingIndex
+    from bucketsearch.index.costmodel import microbenchmark_t0
+    from bucketsearch.index.probe import HammingIndex
     print("\n| data | t0 fit (ns) | R^2 | empty probe (ns) | non-empty probe (ns) "
           "| non-empty fraction | t0 micro (ns) |")
     print("|---|---|---|---|---|---|---|")

@@ -1,10 +1,35 @@
-"""bucketsearch engine: Hamming-space bucket search over binary codes, and its evaluation.
+"""The engine, storage and evaluation of bucketsearch (installed as ``bucketsearch.index``).
 
-Main entry points (imported lazily so ``import index`` stays cheap)::
+Imported lazily, so ``import bucketsearch.index`` stays cheap::
 
-    from index.probe import HammingIndex   # single-table bucket search (hash lookup)
-    from index.scan import LinearScan      # popcount linear scan (Hamming ranking)
-    from index.codes import as_words       # code formats and bit order
+    from bucketsearch.index import HammingIndex, MultiIndex, LinearScan, AutoIndex, make_index
+
+(From a source checkout, ``from index import ...`` gives the same objects.)
 """
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+
+_LAZY = {
+    "HammingIndex": "bucketsearch.index.probe",
+    "SearchStats": "bucketsearch.index.probe",
+    "MultiIndex": "bucketsearch.index.mih",
+    "LinearScan": "bucketsearch.index.scan",
+    "AutoIndex": "bucketsearch.index.planner",
+    "make_index": "bucketsearch.index.factory",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from index import fsio
+from bucketsearch.index import fsio
 
 META = "index.json"
 LOCK = "LOCK"

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from index._jit import monotonic_ns, njit
-from index.table import find_bucket, find_bucket_word
+from bucketsearch.index._jit import monotonic_ns, njit
+from bucketsearch.index.table import find_bucket, find_bucket_word
 
 EXTENDED_TERMS = ("const", "probes", "nonempty_buckets", "items", "candidates")
 
@@ -142,7 +142,7 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     """Time empty probes (random codes absent from the table) and non-empty probes (codes of the
     table) of a :class:`~index.table.BucketTable`: ``{"empty_ns", "nonempty_ns", "fill"}`` where
     ``fill`` is the fraction of random codes that hit a bucket."""
-    from index.synth import uniform_codes
+    from bucketsearch.index.synth import uniform_codes
     rng = np.random.default_rng(seed)
     keys = uniform_codes(n_keys, table.bits, seed=seed)
     args = table.lookup_args()

@@ -13,11 +13,11 @@ the class their manifest names; :mod:`index.store` itself knows no engine.
 """
 from __future__ import annotations
 
-from index.mih import MultiIndex
-from index.planner import AutoIndex
-from index.probe import DEFAULT_MAX_PROBES, HammingIndex
-from index.scan import LinearScan
-from index.store import load_arrays
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.planner import AutoIndex
+from bucketsearch.index.probe import DEFAULT_MAX_PROBES, HammingIndex
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.store import load_arrays
 
 ENGINES = {cls.kind: cls for cls in (HammingIndex, MultiIndex, AutoIndex, LinearScan)}
 MODES = tuple(ENGINES)

@@ -40,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from index import fsio
-from index.codes import as_words, check_bits, n_words
-from index.factory import check_served_mode, load_index, make_index
-from index.probe import ResultLimitError
-from index.scan import LinearScan
-from index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail, list_segments,
+from bucketsearch.index import fsio
+from bucketsearch.index.codes import as_words, check_bits, n_words
+from bucketsearch.index.factory import check_served_mode, load_index, make_index
+from bucketsearch.index.probe import ResultLimitError
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail, list_segments,
                        record, salvage, scan_segment)
 
 log = logging.getLogger(__name__)

@@ -45,13 +45,13 @@ import threading
 
 import numpy as np
 
-from index._jit import monotonic_ns, njit
-from index.codes import check_bits, n_words, word_widths
-from index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
+from bucketsearch.index._jit import monotonic_ns, njit
+from bucketsearch.index.codes import check_bits, n_words, word_widths
+from bucketsearch.index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                          SearchStats, _grow, _probe_radius_word, check_max_results,
                          raise_if_over, run_chunked)
-from index.scan import _distance
-from index.table import BucketTable, _sort_order
+from bucketsearch.index.scan import _distance
+from bucketsearch.index.table import BucketTable, _sort_order
 
 MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables

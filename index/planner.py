@@ -40,14 +40,14 @@ import time
 
 import numpy as np
 
-from index._jit import njit, popcount64
-from index.codes import check_bits
-from index.costmodel import ExtendedModel, fit_extended, fit_paper_model
-from index.mih import MultiIndex
-from index.probe import (DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError,
+from bucketsearch.index._jit import njit, popcount64
+from bucketsearch.index.codes import check_bits
+from bucketsearch.index.costmodel import ExtendedModel, fit_extended, fit_paper_model
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.probe import (DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError,
                          check_max_results)
-from index.scan import LinearScan
-from index.table import BucketTable
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.table import BucketTable
 
 PLAN_MODES = ("single", "mih", "scan")
 DEFAULT_CALIBRATION_QUERIES = 64
@@ -141,7 +141,7 @@ def calibration_queries(words: np.ndarray, bits: int, nq: int, seed: int = 0,
                         max_flips: int = 3) -> np.ndarray:
     """Database codes with ``0..max_flips`` random bits flipped (uniformly many): the default
     stand-in for the batches to come."""
-    from index.codes import word_widths
+    from bucketsearch.index.codes import word_widths
     rng = np.random.default_rng(seed)
     xq = words[rng.integers(0, len(words), nq)].copy()
     widths = word_widths(bits)

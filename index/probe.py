@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index._jit import clz64, ctz64, default_threads, monotonic_ns, njit, popcount64
-from index.codes import as_words, check_bits, word_widths
-from index.store import load_arrays, save_arrays
-from index.table import BucketTable, find_bucket, find_bucket_word
+from bucketsearch.index._jit import clz64, ctz64, default_threads, monotonic_ns, njit, popcount64
+from bucketsearch.index.codes import as_words, check_bits, word_widths
+from bucketsearch.index.store import load_arrays, save_arrays
+from bucketsearch.index.table import BucketTable, find_bucket, find_bucket_word
 
 DEFAULT_MAX_PROBES = 10_000_000
 PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from index._jit import monotonic_ns, njit, popcount64
-from index.codes import word_widths
-from index.probe import IndexBase, SearchStats, check_max_results, raise_if_over, run_chunked
+from bucketsearch.index._jit import monotonic_ns, njit, popcount64
+from bucketsearch.index.codes import word_widths
+from bucketsearch.index.probe import IndexBase, SearchStats, check_max_results, raise_if_over, run_chunked
 
 
 @njit(inline="always")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index import fsio
+from bucketsearch.index import fsio
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

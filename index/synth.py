@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.codes import check_bits, n_words, word_widths
+from bucketsearch.index.codes import check_bits, n_words, word_widths
 
 
 def _random_words(rng: np.random.Generator, n: int, bits: int) -> np.ndarray:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from index._jit import njit
-from index.codes import n_words
+from bucketsearch.index._jit import njit
+from bucketsearch.index.codes import n_words
 
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)

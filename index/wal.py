@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index import fsio
+from bucketsearch.index import fsio
 
 MAGIC = b"BSWAL001"
 HEADER = struct.Struct("<II")  # payload length, crc32(payload)

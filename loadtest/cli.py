@@ -1,4 +1,4 @@
-"""``bucketsearch-loadtest`` (also ``python -m loadtest``): drive a bucketsearch server.
+"""``bucketsearch-loadtest`` (also ``python -m bucketsearch.loadtest``): drive a bucketsearch server.
 
 Sends a seeded mix of radius and k-NN searches to ``POST /v1/indexes/{index}/search`` in an open
 loop (scheduled arrivals, latency corrected for coordinated omission) or a closed loop (fixed
@@ -15,13 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from loadtest import dataset
-from loadtest.report import build_report, plot_report, print_report
-from loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig, ServerError,
+from bucketsearch import __version__
+from bucketsearch.loadtest import dataset
+from bucketsearch.loadtest.report import build_report, plot_report, print_report
+from bucketsearch.loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig, ServerError,
                              check_server, config_dict,
                              get_cost_model, get_index, run, saturation_warnings)
-from loadtest.stats import LoadStats
-from loadtest.workload import QueryClass, Workload, parse_radii
+from bucketsearch.loadtest.stats import LoadStats
+from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii
 
 EXAMPLES = """examples:
   # open loop, 300 radius-1 single queries per second for 10 s, JSON report and plot
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bucketsearch-loadtest",
         description="Load-test a bucketsearch server and compare measured with modeled cost.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"bucketsearch {__version__}")
     add_arguments(parser)
     return parser
 

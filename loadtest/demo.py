@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -36,18 +35,18 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtest import dataset
-from loadtest.cli import (_nonneg_int, _positive_float, _positive_int, execute,
+from bucketsearch.loadtest import dataset
+from bucketsearch.loadtest.cli import (_nonneg_int, _positive_float, _positive_int, execute,
                           write_outputs)
-from loadtest.report import print_report
-from loadtest.runner import RunConfig
-from loadtest.workload import QueryClass, Workload
+from bucketsearch.loadtest.report import print_report
+from bucketsearch.loadtest.runner import RunConfig
+from bucketsearch.loadtest.workload import QueryClass, Workload
 
 HELP = "load-test a local server on the embedded data set: measured vs modeled cost per radius"
 EPILOG = """examples:
-  python -m loadtest.demo                         # the full demo (1M codes, radii 0..3)
-  python -m loadtest.demo --n 100000 --duration 4 # a quicker run
-  python -m loadtest.demo --out out/demo --rate 300 --keep-data  # a fixed open-loop rate
+  python -m bucketsearch.loadtest.demo                         # the full demo (1M codes, radii 0..3)
+  python -m bucketsearch.loadtest.demo --n 100000 --duration 4 # a quicker run
+  python -m bucketsearch.loadtest.demo --out out/demo --rate 300 --keep-data  # a fixed open-loop rate
 """
 INDEX = "demo"
 READY_TIMEOUT_S = 180.0
@@ -66,11 +65,8 @@ def free_port() -> int:
 
 
 def server_command(data_dir: Path, port: int) -> list[str]:
-    """``bucketsearch serve`` (through ``python -m index``); plain uvicorn if not built yet."""
-    if importlib.util.find_spec("app.cli") is not None:
-        return [sys.executable, "-m", "index", "serve", "--data-dir", str(data_dir),
-                "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    return [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
+    """``bucketsearch serve`` (through ``python -m bucketsearch``)."""
+    return [sys.executable, "-m", "bucketsearch", "serve", "--data-dir", str(data_dir),
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
 
 
@@ -213,8 +209,8 @@ def _validate(args) -> None:
 
 
 def run(args) -> int:
-    from loadtest.report import make_console
-    from loadtest.workload import parse_radii
+    from bucketsearch.loadtest.report import make_console
+    from bucketsearch.loadtest.workload import parse_radii
 
     _validate(args)
     radii = parse_radii(args.radii)
@@ -296,7 +292,7 @@ def run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.demo", description=HELP,
+    parser = argparse.ArgumentParser(prog="python -m bucketsearch.loadtest.demo", description=HELP,
                                      epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)

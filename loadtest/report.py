@@ -31,8 +31,8 @@ from importlib import metadata
 
 import numpy as np
 
-from loadtest.stats import LoadStats
-from loadtest.workload import probes_upto
+from bucketsearch.loadtest.stats import LoadStats
+from bucketsearch.loadtest.workload import probes_upto
 
 HOLD_RATIO = 2.0
 LIBRARIES = ("bucketsearch", "httpx", "httpx-aiohttp", "aiohttp", "hdrhistogram", "numpy",

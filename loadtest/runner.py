@@ -37,8 +37,8 @@ import httpx
 import numpy as np
 import orjson
 
-from loadtest.stats import QueryStats, RequestResult
-from loadtest.workload import Workload
+from bucketsearch.loadtest.stats import QueryStats, RequestResult
+from bucketsearch.loadtest.workload import Workload
 
 ARRIVALS = ("constant", "poisson")
 MODES = ("open", "closed")

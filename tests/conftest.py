@@ -71,7 +71,7 @@ class ServerProcess:
                "BUCKETSEARCH_CALIBRATION_QUERIES": "8", **self.env}
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [*self.cmd_prefix, sys.executable, "-m", "uvicorn", "app.main:create_app",
+            [*self.cmd_prefix, sys.executable, "-m", "uvicorn", "bucketsearch.app.main:create_app",
              "--factory", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from index.codes import unpack_words
+from bucketsearch.index.codes import unpack_words
 
 
 def hamming_matrix(xq_words: np.ndarray, xb_words: np.ndarray, bits: int) -> np.ndarray:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from index import wal
-from index.codes import n_words
-from index.live import LiveIndex
+from bucketsearch.index import wal
+from bucketsearch.index.codes import n_words
+from bucketsearch.index.live import LiveIndex
 
 RADII = (0, 1, 2)
 KS = (1, 2, 3, 4, 5)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.guard import OPEN, READ, WRITE, Guard, flat_routes
-from app.main import access_policy, create_app
-from app.settings import Settings
+from bucketsearch.app.guard import OPEN, READ, WRITE, Guard, flat_routes
+from bucketsearch.app.main import access_policy, create_app
+from bucketsearch.app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 BITS = 64

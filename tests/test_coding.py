@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import naive_metrics as nv
-from index.coding import different_extension, itq, lsh_codes, same_extension
-from index.datasets import digits, load, synthetic_cifar
+from bucketsearch.index.coding import different_extension, itq, lsh_codes, same_extension
+from bucketsearch.index.datasets import digits, load, synthetic_cifar
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def test_extensions_shift_distances(small):
 
 
 def test_itq_lowers_quantization_loss_and_beats_chance(small):
-    from index.metrics import hamming_histograms, ranking_metrics
-    from index.relevance import from_labels
+    from bucketsearch.index.metrics import hamming_histograms, ranking_metrics
+    from bucketsearch.index.relevance import from_labels
     b, q = itq(small.xb, small.xq, 16, n_iter=30)
     assert b.shape == (600, 16) and q.shape == (40, 16)
     rel = from_labels(small.yq, small.yb)

@@ -4,14 +4,14 @@ import math
 import numpy as np
 import pytest
 
-from index.costmodel import (ExtendedModel, PaperModel, cost_report, fit_extended,
+from bucketsearch.index.costmodel import (ExtendedModel, PaperModel, cost_report, fit_extended,
                              fit_paper_model, fit_t0, microbenchmark_t0, paper_probes,
                              plot_reports, print_report, probe_microbenchmark, r_squared,
                              relative_errors)
-from index.mih import MultiIndex
-from index.probe import HammingIndex, SearchStats
-from index.scan import LinearScan
-from index.synth import clustered_codes, queries_near
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.probe import HammingIndex, SearchStats
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.synth import clustered_codes, queries_near
 
 
 def fake_stats(features: dict, lookup_ns, radii):

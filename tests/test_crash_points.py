@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import fsio, wal
-from index.fsio import FaultPlan, SimulatedCrash
-from index.live import CorruptIndexError, LiveIndex
-from index.wal import CorruptLogError
+from bucketsearch.index import fsio, wal
+from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
+from bucketsearch.index.live import CorruptIndexError, LiveIndex
+from bucketsearch.index.wal import CorruptLogError
 from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
                            corrupt_newest_snapshot, plant_torn_tail, resolve, snapshots)
 
@@ -223,9 +223,9 @@ CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     import numpy as np
-    from index import fsio
-    from index.fsio import FaultPlan
-    from index.live import LiveIndex
+    from bucketsearch.index import fsio
+    from bucketsearch.index.fsio import FaultPlan
+    from bucketsearch.index.live import LiveIndex
     d, mode, what, at, ops, contains, short = sys.argv[1:8]
     background = what == "add-background-merge"
     live = LiveIndex(d, {bits}, mode, background_merge=background,

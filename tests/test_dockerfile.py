@@ -72,8 +72,8 @@ def test_numba_cache_is_filled_at_build_and_kept_in_a_volume():
     assert cache in _volumes(stage)
     lines = stage.splitlines()
     warm = [i for i, line in enumerate(lines)
-            if line.startswith("RUN ") and "app.startup --warm" in line]
-    assert warm, "no RUN step fills the numba cache (python -m app.startup --warm)"
+            if line.startswith("RUN ") and "bucketsearch.app.startup --warm" in line]
+    assert warm, "no RUN step fills the numba cache (python -m bucketsearch.app.startup --warm)"
     assert "--mmap" in lines[warm[0]]  # read-only snapshot arrays: the --workers > 1 signatures
     volume = next(i for i, line in enumerate(lines)
                   if line.startswith("VOLUME ") and cache in line)
@@ -85,5 +85,5 @@ def test_numba_cache_is_filled_at_build_and_kept_in_a_volume():
 def test_dockerignore_keeps_the_context_small():
     lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
     assert "*" in lines  # deny by default, then allow what the image needs
-    for needed in ("!pyproject.toml", "!index/", "!app/"):
+    for needed in ("!pyproject.toml", "!bucketsearch/", "!index/", "!app/", "!loadtest/"):
         assert needed in lines

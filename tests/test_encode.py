@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.encode import decode_results_binary, knn_to_csr, results_binary, results_json
+from bucketsearch.app.encode import decode_results_binary, knn_to_csr, results_binary, results_json
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from index.codes import pack_bits
-from index.probe import HammingIndex, ProbeLimitError
-from index.scan import LinearScan
+from bucketsearch.index.codes import pack_bits
+from bucketsearch.index.probe import HammingIndex, ProbeLimitError
+from bucketsearch.index.scan import LinearScan
 from tests import naive
 
 BITS = [1, 7, 8, 13, 31, 32, 63, 64, 65, 100, 128, 256]

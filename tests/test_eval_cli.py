@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from index.cli import main
+from bucketsearch.cli import main
 
 RADIUS_KEYS = ["R", "precision_macro", "recall_macro", "precision_micro", "recall_micro",
                "f1_macro", "ramap", "empty_ball_queries", "mlgap"]

@@ -21,10 +21,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.guard import AccessPolicy, Guard, flat_routes
-from app.main import create_app
-from app.redact import redact
-from app.settings import Settings, known_env_vars, unknown_env_vars, unknown_env_warning
+from bucketsearch.app.guard import AccessPolicy, Guard, flat_routes
+from bucketsearch.app.main import create_app
+from bucketsearch.app.redact import redact
+from bucketsearch.app.settings import Settings, known_env_vars, unknown_env_vars, unknown_env_warning
 from conftest import ROOT, ServerProcess
 
 LIMIT = 4096
@@ -408,7 +408,7 @@ def test_serve_prints_unknown_env_vars_once(tmp_path):
            "BUCKETSEARCH_WARMUP": "0", "BUCKETSEARCH_CALIBRATION_QUERIES": "0"}
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "index.cli", "serve", "--data-dir",
+        proc = subprocess.Popen([sys.executable, "-m", "bucketsearch", "serve", "--data-dir",
                                  str(tmp_path / "data"), "--port", str(port), "--log-level",
                                  "warning"], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -481,7 +481,7 @@ def test_not_ready_detail_is_redacted(tmp_path):
     """The 503 'not ready' answer of the API routes quotes the startup detail without paths."""
     from fastapi import HTTPException
 
-    from app.deps import registry_of
+    from bucketsearch.app.deps import registry_of
 
     data_dir = tmp_path / "secret-place" / "data"
     app = create_app(Settings(data_dir=data_dir, warmup=False))

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import naive
-from index.codes import pack_bits
-from index.factory import check_served_mode
-from index.live import DuplicateIdError, LiveIndex
+from bucketsearch.index.codes import pack_bits
+from bucketsearch.index.factory import check_served_mode
+from bucketsearch.index.live import DuplicateIdError, LiveIndex
 
 
 def _clustered(rng, n, bits, n_centers=8, flips=3):

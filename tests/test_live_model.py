@@ -40,10 +40,10 @@ from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from index import fsio
-from index.fsio import FaultPlan, SimulatedCrash
-from index.live import DuplicateIdError, LiveIndex
-from index.wal import AppendFailed, LogFailed
+from bucketsearch.index import fsio
+from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
+from bucketsearch.index.live import DuplicateIdError, LiveIndex
+from bucketsearch.index.wal import AppendFailed, LogFailed
 from storage_model import Model, assert_matches, clustered_pool, resolve
 
 ID_SPACE = 10  # small: conflicts, deletes of present ids and re-inserts happen often

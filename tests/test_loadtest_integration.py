@@ -27,11 +27,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from loadtest import dataset
-from loadtest.cli import execute, main
-from loadtest.demo import INDEX, ServerProcess, free_port, load_index
-from loadtest.runner import RunConfig
-from loadtest.workload import QueryClass, Workload
+from bucketsearch.loadtest import dataset
+from bucketsearch.loadtest.cli import execute, main
+from bucketsearch.loadtest.demo import INDEX, ServerProcess, free_port, load_index
+from bucketsearch.loadtest.runner import RunConfig
+from bucketsearch.loadtest.workload import QueryClass, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 N_CODES = 20_000
@@ -141,7 +141,7 @@ def test_cli_errors_are_one_line(server, capsys):
 SLOWED_APP = textwrap.dedent('''
     """The real app behind a wrapper holding requests that arrive in a stall window."""
     import asyncio, json, time
-    from app.main import create_app
+    from bucketsearch.app.main import create_app
 
     def create():
         inner = create_app()
@@ -239,7 +239,7 @@ def test_slowed_server_correction_with_one_connection(slowed_server, codes):
 
 # -- the demo cleans up -----------------------------------------------------------------------
 def test_demo_stops_its_server_on_sigterm(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "loadtest.demo", "--n", "20000",
+    proc = subprocess.Popen([sys.executable, "-m", "bucketsearch.loadtest.demo", "--n", "20000",
                              "--duration", "60", "--out", str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True, text=True)

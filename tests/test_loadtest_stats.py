@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadtest import dataset
-from loadtest.report import build_report, fit_extended, fit_paper, plot_report
-from loadtest.stats import Distribution, LoadStats, QueryStats, RequestResult
-from loadtest.workload import QueryClass, Workload, parse_radii, probes_upto
+from bucketsearch.loadtest import dataset
+from bucketsearch.loadtest.report import build_report, fit_extended, fit_paper, plot_report
+from bucketsearch.loadtest.stats import Distribution, LoadStats, QueryStats, RequestResult
+from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii, probes_upto
 
 US = 1000  # ns per microsecond
 
@@ -265,7 +265,7 @@ def test_workload_radius_queries_stay_within_radius_and_are_seeded():
 
 
 def test_load_codes_accepts_packed_rows_and_bit_arrays(tmp_path):
-    from loadtest.cli import load_codes
+    from bucketsearch.loadtest.cli import load_codes
 
     bits01 = np.random.default_rng(0).integers(0, 2, size=(50, 12), dtype=np.uint8)
     packed = np.packbits(bits01, axis=1)

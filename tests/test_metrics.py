@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import naive_metrics as nv
-from index.metrics import (Conventions, auprc, evaluate, hamming_histograms, mlgap,
+from bucketsearch.index.metrics import (Conventions, auprc, evaluate, hamming_histograms, mlgap,
                            modeled_costs, raap_from_precision, radius_metrics, ramap,
                            ranking_metrics)
-from index.metrics.ramap import ball_probes
-from index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
-from index.relevance import dense, from_graded_matrix, from_labels
+from bucketsearch.index.metrics.ramap import ball_probes
+from bucketsearch.index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
+from bucketsearch.index.relevance import dense, from_graded_matrix, from_labels
 
 
 # ---------------------------------------------------------------- RAMAP worked example
@@ -236,7 +236,7 @@ def test_auprc_anchor_and_trapezoid():
 
 
 def test_code_utilization():
-    from index.codes import as_words
+    from bucketsearch.index.codes import as_words
     u = code_utilization(as_words(np.array([[0, 0], [0, 0], [1, 1], [1, 0]])), 2)
     assert u["distinct_codes"] == 3 and u["bucket_sizes"] == {1: 2, 2: 1}
     assert u["entropy_bits"] == pytest.approx(1.5) and u["utilization"] == 0.75
@@ -257,8 +257,8 @@ def test_errors_name_the_field():
 
 
 def test_code_stats_in_the_pass_match_the_distinct_code_pass():
-    from index.codes import as_words
-    from index.metrics.histogram import code_histograms
+    from bucketsearch.index.codes import as_words
+    from bucketsearch.index.metrics.histogram import code_histograms
     rng = np.random.default_rng(5)
     db = rng.integers(0, 2, (500, 5))  # 32 possible codes: many repeats
     xq = rng.integers(0, 2, (7, 5))
@@ -277,8 +277,8 @@ def test_code_stats_in_the_pass_match_the_distinct_code_pass():
 def test_query_blocks_and_db_chunks_agree_with_naive():
     # > CHUNK db items and > BLOCK_QUERIES queries: every chunk/block boundary is crossed;
     # the same relevance as class labels and as explicit pairs (CSR) must give the same sums
-    from index.metrics.histogram import BLOCK_QUERIES, CHUNK
-    from index.relevance import from_pairs
+    from bucketsearch.index.metrics.histogram import BLOCK_QUERIES, CHUNK
+    from bucketsearch.index.relevance import from_pairs
     rng = np.random.default_rng(11)
     nb, nq = CHUNK * 2 + 123, BLOCK_QUERIES * 2 + 5
     db = rng.integers(0, 2, (nb, 8))

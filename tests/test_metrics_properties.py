@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import naive_metrics as nv
-from index.metrics import Conventions, hamming_histograms, mlgap, radius_metrics, ranking_metrics
-from index.relevance import dense, from_labels
+from bucketsearch.index.metrics import Conventions, hamming_histograms, mlgap, radius_metrics, ranking_metrics
+from bucketsearch.index.relevance import dense, from_labels
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from index.codes import pack_bits, unpack_words
-from index.mih import (MIHProbeLimitError, MultiIndex, default_substrings, min_substrings,
+from bucketsearch.index.codes import pack_bits, unpack_words
+from bucketsearch.index.mih import (MIHProbeLimitError, MultiIndex, default_substrings, min_substrings,
                        step_probe_counts, substring_ranges)
-from index.probe import ProbeLimitError
-from index.scan import LinearScan
+from bucketsearch.index.probe import ProbeLimitError
+from bucketsearch.index.scan import LinearScan
 from tests import naive
 
 BITS = [16, 32, 48, 64, 128, 256]

@@ -2,12 +2,12 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from index.mih import MultiIndex
-from index.factory import make_index
-from index.planner import PLAN_MODES, AutoIndex
-from index.probe import HammingIndex
-from index.scan import LinearScan
-from index.synth import clustered_codes, queries_near
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.factory import make_index
+from bucketsearch.index.planner import PLAN_MODES, AutoIndex
+from bucketsearch.index.probe import HammingIndex
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.synth import clustered_codes, queries_near
 from tests.test_mih import BITS, RADII, check_same, make_data
 
 

@@ -18,12 +18,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import naive
-from index.codes import pack_bits, to_hex, to_packed
-from index.live import with_probe_limit
-from index.mih import MultiIndex
-from index.planner import AutoIndex
-from index.probe import HammingIndex, ResultLimitError
-from index.scan import LinearScan
+from bucketsearch.index.codes import pack_bits, to_hex, to_packed
+from bucketsearch.index.live import with_probe_limit
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.planner import AutoIndex
+from bucketsearch.index.probe import HammingIndex, ResultLimitError
+from bucketsearch.index.scan import LinearScan
 
 BITS = 64
 MODES = ("single", "mih", "auto")
@@ -158,8 +158,8 @@ N_RANDOM = 300
 def app_client(tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
-    from app.settings import Settings
+    from bucketsearch.app.main import create_app
+    from bucketsearch.app.settings import Settings
 
     settings = Settings(data_dir=tmp_path_factory.mktemp("limits"), warmup=False,
                         calibration_queries=0, **LIMITS)

@@ -9,7 +9,7 @@ import pytest
 
 import naive
 from conftest import ServerProcess
-from index.codes import pack_bits, to_hex
+from bucketsearch.index.codes import pack_bits, to_hex
 
 BITS = 64
 
@@ -300,8 +300,8 @@ def test_metrics_exposition(client, filled):
 
 
 def test_evaluate_matches_the_toolkit_in_process(client, filled):
-    from index import relevance
-    from index.metrics import evaluate
+    from bucketsearch.index import relevance
+    from bucketsearch.index.metrics import evaluate
 
     words, ids = filled
     labels = (ids % 3).tolist()
@@ -395,7 +395,7 @@ def test_cli_serve_help():
     import subprocess
     import sys
     from conftest import ROOT
-    out = subprocess.run([sys.executable, "-m", "index", "serve", "--help"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "bucketsearch", "serve", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "--data-dir" in out.stdout and "--workers" in out.stdout
@@ -452,7 +452,7 @@ RAW = {"content-type": "application/octet-stream"}
 
 def test_octet_stream_search_and_binary_answer_equal_json(client, filled):
     """The three wire forms of one search give the same results, equal to brute force."""
-    from app.encode import decode_results_binary
+    from bucketsearch.app.encode import decode_results_binary
 
     words, ids = filled
     xq = np.concatenate([_data(2, 30), words[[3, 301]]])

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 
 import naive
-from index.codes import pack_bits, to_hex
+from bucketsearch.index.codes import pack_bits, to_hex
 
 BITS = 32
 RADIUS = 2

@@ -6,8 +6,8 @@ import threading
 import numpy as np
 import pytest
 
-from app.costfit import CostTracker, bucket_of, bucket_upper_ns
-from index.probe import SearchStats
+from bucketsearch.app.costfit import CostTracker, bucket_of, bucket_upper_ns
+from bucketsearch.index.probe import SearchStats
 
 
 def _stats(lookup_ns, probes, radii, empty=None):

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from index.codes import to_hex
+from bucketsearch.index.codes import to_hex
 
 BITS = 64
 

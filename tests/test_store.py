@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from index.probe import HammingIndex
-from index.store import FORMAT_VERSION, load_arrays, save_arrays
+from bucketsearch.index.probe import HammingIndex
+from bucketsearch.index.store import FORMAT_VERSION, load_arrays, save_arrays
 
 
 def test_roundtrip_and_overwrite(tmp_path):
@@ -49,7 +49,7 @@ def test_missing_and_malformed(tmp_path):
 
 
 def test_wrong_kind_is_refused(tmp_path):
-    from index.scan import LinearScan
+    from bucketsearch.index.scan import LinearScan
     LinearScan(8).save(tmp_path / "scan")
     with pytest.raises(ValueError, match="holds a 'scan' index, not 'single'"):
         HammingIndex.load(tmp_path / "scan")

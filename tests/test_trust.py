@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
-from index import catalog
-from index.codes import to_hex
-from index.live import LiveIndex
-from index.repair import repair
+from bucketsearch.app.main import create_app
+from bucketsearch.app.settings import Settings
+from bucketsearch.index import catalog
+from bucketsearch.index.codes import to_hex
+from bucketsearch.index.live import LiveIndex
+from bucketsearch.index.repair import repair
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,7 +143,7 @@ def test_repair_salvages_every_intact_record_and_reports_the_loss(tmp_path, caps
     assert list(folder.glob("wal-*.log.corrupt-*"))[0].read_bytes() == before
     again = LiveIndex(folder, 16, background_merge=False)
     assert again.range_search(_codes([4]), 0)[2].tolist() == [4]
-    from index.cli import main
+    from bucketsearch.cli import main
     assert main(["repair", "--data-dir", str(tmp_path), "--index", "r"]) == 0
     assert "nothing lost" in capsys.readouterr().out  # the second run finds it whole
 
@@ -183,8 +183,8 @@ def test_many_indexes_under_a_low_file_descriptor_limit(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         from fastapi.testclient import TestClient
-        from app.main import create_app
-        from app.settings import Settings
+        from bucketsearch.app.main import create_app
+        from bucketsearch.app.settings import Settings
         app = create_app(Settings(data_dir={str(tmp_path)!r}, warmup=False,
                                   calibration_queries=0))
         with TestClient(app) as c:

@@ -63,7 +63,7 @@ def new_signatures(before: dict, after: dict) -> dict[str, list[str]]:
 
 def _codes(bits: int, n: int, seed: int) -> np.ndarray:
     """Clustered codes (so radius searches find something), packed to words."""
-    from index.codes import pack_bits
+    from bucketsearch.index.codes import pack_bits
     rng = np.random.default_rng(seed)
     centers = rng.integers(0, 2, size=(6, bits), dtype=np.uint8)
     rows = centers[rng.integers(0, len(centers), size=n)].copy()
@@ -79,7 +79,7 @@ def _ok(response, *codes):
 
 def drive_searches(client, name: str, bits: int) -> None:
     """Every kind of search request on index ``name``."""
-    from index.codes import to_hex, to_packed
+    from bucketsearch.index.codes import to_hex, to_packed
     url = f"/v1/indexes/{name}/search"
     for nq in (2, 40):  # inline on the event loop / parsed and searched in the thread pool
         xq = _codes(bits, nq, seed=nq)
@@ -100,7 +100,7 @@ def drive_searches(client, name: str, bits: int) -> None:
 
 def drive_reads(client, name: str, bits: int, ids: np.ndarray | None = None) -> None:
     """Searches, the other read endpoints, and with ``ids`` (the live items) evaluate."""
-    from index.codes import to_hex
+    from bucketsearch.index.codes import to_hex
     drive_searches(client, name, bits)
     _ok(client.get(f"/v1/indexes/{name}"))
     _ok(client.get(f"/v1/indexes/{name}/cost-model"))
@@ -127,7 +127,7 @@ def drive_reads(client, name: str, bits: int, ids: np.ndarray | None = None) -> 
 
 def drive_index(client, bits: int, mode: str) -> None:
     """Create an index and take it through every state, every request kind in each."""
-    from index.codes import to_hex, to_packed
+    from bucketsearch.index.codes import to_hex, to_packed
     name = f"{mode}-{bits}"
     _ok(client.post("/v1/indexes", json={"name": name, "bits": bits, "mode": mode}), 201)
     items = f"/v1/indexes/{name}/items"
@@ -153,9 +153,9 @@ def check(data_dir: str, mmap: bool = False, read_only: bool = False, warmup: bo
     ready (``new``) and how many there were at ready (``warm``)."""
     from fastapi.testclient import TestClient
 
-    from app.main import create_app
-    from app.settings import Settings
-    from index.factory import SERVED_MODES
+    from bucketsearch.app.main import create_app
+    from bucketsearch.app.settings import Settings
+    from bucketsearch.index.factory import SERVED_MODES
 
     settings = Settings(data_dir=Path(data_dir), mmap=mmap, read_only=read_only,
                         warmup=warmup, calibration_queries=8, merge_threshold=1_000_000)
@@ -217,13 +217,13 @@ def test_no_request_compiles_a_kernel_after_ready_with_mmap(tmp_path):
 def test_the_check_sees_what_a_start_without_warm_up_compiles(tmp_path):
     """The check has teeth: with the warm-up off, the first requests compile the kernels."""
     result = run_check(tmp_path / "data", "--no-warmup", "--quick")
-    assert {"app.encode._csr_json", "index.probe._probe_kernel", "index.scan._scan_kernel",
-            "index.table._fill_hash"} <= set(result["new"])
+    assert {"bucketsearch.app.encode._csr_json", "bucketsearch.index.probe._probe_kernel", "bucketsearch.index.scan._scan_kernel",
+            "bucketsearch.index.table._fill_hash"} <= set(result["new"])
 
 
 def test_start_up_phases_are_in_the_uvicorn_log(tmp_path):
     """uvicorn configures only its own loggers: the start-up's INFO lines must still show."""
-    from index.codes import to_hex
+    from bucketsearch.index.codes import to_hex
 
     data = tmp_path / "data"
     log_path = tmp_path / "server.log"
@@ -235,7 +235,7 @@ def test_start_up_phases_are_in_the_uvicorn_log(tmp_path):
             port = sock.getsockname()[1]
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory",
+                [sys.executable, "-m", "uvicorn", "bucketsearch.app.main:create_app", "--factory",
                  "--host", "127.0.0.1", "--port", str(port), "--log-level", "info"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -5,9 +5,9 @@ import math
 
 from fastapi import APIRouter
 
-from app.costfit import _finite, calibrate
-from app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
-from app.schemas import CalibrateIn, CostModelOut, error_responses
+from bucketsearch.app.costfit import _finite, calibrate
+from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
+from bucketsearch.app.schemas import CalibrateIn, CostModelOut, error_responses
 
 router = APIRouter(prefix="/v1/indexes", tags=["cost model"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 503))

@@ -6,10 +6,10 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, HTTPException
 
-from app.deps import EntryDep, ReadAuth, SettingsDep
-from app.routers.indexes import parse_hex
-from app.schemas import EvaluateIn, error_responses
-from index.probe import ResultLimitError
+from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
+from bucketsearch.app.routers.indexes import parse_hex
+from bucketsearch.app.schemas import EvaluateIn, error_responses
+from bucketsearch.index.probe import ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
                    responses=error_responses(400, 401, 403, 404, 413, 503))
@@ -54,9 +54,9 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
 
     Relevance: ``query_labels`` + ``db_ids`` + ``db_labels``, or ``relevant_ids`` per query.
     """
-    from index import relevance as rel
-    from index.metrics import Conventions
-    from index.metrics import evaluate as run_evaluate
+    from bucketsearch.index import relevance as rel
+    from bucketsearch.index.metrics import Conventions
+    from bucketsearch.index.metrics import evaluate as run_evaluate
 
     nq = len(body.codes)
     if nq > settings.max_batch:

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.schemas import Health, error_responses
+from bucketsearch.app.schemas import Health, error_responses
 
 router = APIRouter(tags=["health"], responses=error_responses(413))
 

@@ -8,11 +8,11 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep, SettingsDep,
+from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep, SettingsDep,
                       WriteAuth)
-from app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
+from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
                          WriteOut, error_responses, json_or_octet_body)
-from index.codes import n_bytes, pack_bytes, pack_hex
+from bucketsearch.index.codes import n_bytes, pack_bytes, pack_hex
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))

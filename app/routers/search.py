@@ -32,13 +32,13 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.deps import EntryDep, ReadAuth, settings_of
-from app.encode import knn_to_csr, results_binary, results_json
-from app.routers.indexes import check_batch, parse_hex, validate_json_body
-from app.schemas import SearchRequest, SearchResponse, error_responses, json_or_octet_body
-from index.codes import n_bytes, pack_bytes
-from index.live import with_probe_limit
-from index.probe import ProbeLimitError, ResultLimitError
+from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
+from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
+from bucketsearch.app.routers.indexes import check_batch, parse_hex, validate_json_body
+from bucketsearch.app.schemas import SearchRequest, SearchResponse, error_responses, json_or_octet_body
+from bucketsearch.index.codes import n_bytes, pack_bytes
+from bucketsearch.index.live import with_probe_limit
+from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"],
                    responses=error_responses(400, 401, 403, 404, 413, 415, 503))

@@ -19,13 +19,13 @@ import math
 
 import numpy as np
 
-from index.metrics.conventions import DEFAULT, Conventions, mean_over_queries
-from index.metrics.histogram import Histograms, hamming_histograms, prepare_codes
-from index.metrics.lgap import mlgap
-from index.metrics.radius import auprc, ball_cumsum, radius_metrics
-from index.metrics.ramap import modeled_costs, raap_from_precision, ramap
-from index.metrics.ranking import ranking_metrics
-from index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
+from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, mean_over_queries
+from bucketsearch.index.metrics.histogram import Histograms, hamming_histograms, prepare_codes
+from bucketsearch.index.metrics.lgap import mlgap
+from bucketsearch.index.metrics.radius import auprc, ball_cumsum, radius_metrics
+from bucketsearch.index.metrics.ramap import modeled_costs, raap_from_precision, ramap
+from bucketsearch.index.metrics.ranking import ranking_metrics
+from bucketsearch.index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
 
 __all__ = ["Conventions", "DEFAULT", "Histograms", "hamming_histograms", "evaluate",
            "radius_metrics", "ramap", "raap_from_precision", "modeled_costs", "mlgap",

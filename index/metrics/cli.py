@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from index.metrics.conventions import AP_DENOMINATORS, AUPRC_ANCHORS, NO_RELEVANT, Conventions
+from bucketsearch.index.metrics.conventions import AP_DENOMINATORS, AUPRC_ANCHORS, NO_RELEVANT, Conventions
 
 HELP = "evaluate hash codes: P/R at radius, RAMAP, mLGAP, tie-aware MAP/NDCG, empty balls"
 
@@ -80,7 +80,7 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def _load(path: str, what: str) -> np.ndarray:
-    from index.datasets import load_array
+    from bucketsearch.index.datasets import load_array
     try:
         return load_array(path)
     except FileNotFoundError:
@@ -110,7 +110,7 @@ def _load_codes(path: str, what: str) -> np.ndarray:
 
 
 def _relevance(args, nq: int, nb: int):
-    from index import relevance as rel
+    from bucketsearch.index import relevance as rel
     given = [name for name, v in (("labels", args.db_labels or args.query_labels),
                                   ("relevance-matrix", args.relevance_matrix),
                                   ("relevant-pairs", args.relevant_pairs),
@@ -239,7 +239,7 @@ def plot(res: dict, path: str) -> None:
 
 
 def run(args) -> int:
-    from index.metrics import evaluate
+    from bucketsearch.index.metrics import evaluate
 
     ks = _parse_ks(args.k)
     xb = _load_codes(args.db_codes, "--db-codes")

@@ -33,9 +33,9 @@ import numba
 import numpy as np
 from numba import prange
 
-from index._jit import njit, pjit, popcount64
-from index.codes import as_words
-from index.relevance import Relevance
+from bucketsearch.index._jit import njit, pjit, popcount64
+from bucketsearch.index.codes import as_words
+from bucketsearch.index.relevance import Relevance
 
 #: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k,
 #: weighted-AP numerator

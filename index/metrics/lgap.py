@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
-from index.metrics.histogram import Histograms
-from index.metrics.radius import ball_cumsum, precision_at_radius
+from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.histogram import Histograms
+from bucketsearch.index.metrics.radius import ball_cumsum, precision_at_radius
 
 
 def ball_balance(hist: Histograms, conv: Conventions = DEFAULT) -> np.ndarray:

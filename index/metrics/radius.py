@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
-from index.metrics.histogram import Histograms
+from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.histogram import Histograms
 
 
 def ball_cumsum(per_distance: np.ndarray, inclusive: bool = True) -> np.ndarray:

@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 
-from index.metrics.conventions import DEFAULT, Conventions
-from index.metrics.histogram import Histograms, distinct_codes
-from index.metrics.radius import ball_cumsum
-from index.metrics.ramap import modeled_costs
+from bucketsearch.index.metrics.conventions import DEFAULT, Conventions
+from bucketsearch.index.metrics.histogram import Histograms, distinct_codes
+from bucketsearch.index.metrics.radius import ball_cumsum
+from bucketsearch.index.metrics.ramap import modeled_costs
 
 
 def empty_ball_queries(hist: Histograms, conv: Conventions = DEFAULT) -> np.ndarray:

@@ -1,24 +1,18 @@
 """The ``bucketsearch`` command: one subcommand per job, each defined in the module that owns it.
 
-A subcommand module exposes ``HELP`` (one line), ``EPILOG`` (examples), ``add_arguments(parser)``
-and ``run(args) -> int``. Modules are imported only when their subcommand runs, so ``--help``
-stays fast.
+Subcommands are entry points of the group ``bucketsearch.commands`` (pyproject.toml), so the
+engine package never names the service or the load tester. A subcommand module exposes
+``HELP`` (one line), ``EPILOG`` (examples), ``add_arguments(parser)`` and ``run(args) -> int``.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
+from importlib.metadata import entry_points
 
-#: subcommand name -> module implementing it
-SUBCOMMANDS = {
-    "demo": "loadtest.demo",
-    "engine-demo": "index.demo",
-    "eval": "index.metrics.cli",
-    "repair": "index.repair",
-    "reproduce": "index.reproduce",
-    "serve": "app.cli",
-}
+from bucketsearch import __version__
+
+GROUP = "bucketsearch.commands"
 
 EXAMPLES = """examples:
   bucketsearch demo                       # the main job: server + load test, measured vs modeled
@@ -34,15 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bucketsearch", description="Hamming-space bucket search and hashing evaluation.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"bucketsearch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module_name in SUBCOMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # subcommand not built yet
-            raise
-        p = sub.add_parser(name, help=module.HELP, description=module.HELP,
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        module = ep.load()
+        p = sub.add_parser(ep.name, help=module.HELP, description=module.HELP,
                            epilog=getattr(module, "EPILOG", None),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)

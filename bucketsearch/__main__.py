@@ -1,0 +1,5 @@
+import sys
+
+from bucketsearch.cli import main
+
+sys.exit(main())

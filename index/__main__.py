@@ -1,5 +1,0 @@
-import sys
-
-from index.cli import main
-
-sys.exit(main())
