@@ -2,7 +2,7 @@
 
 ``ReadAuth`` / ``WriteAuth`` declare what a route needs; ``app.guard.Guard`` enforces it before
 the body is read (FastAPI parses a pydantic body before it resolves dependencies, so a check
-here alone would answer 422 before 401). The dependencies check again only when the guard did
+here alone would answer 400 before 401). The dependencies check again only when the guard did
 not run, or enforced less than the route declares (an app built without the guard).
 
 They are ``async def`` on purpose: each does a few attribute reads and no blocking work, and

@@ -1,7 +1,18 @@
-"""Exception handlers: engine and registry errors become 4xx JSON ``{"detail": ...}``."""
+"""Exception handlers: every 4xx is JSON ``{"detail": "<message>"}``, ``detail`` always a string.
+
+One status per kind of error, whichever layer caught it (issue 18 item 8):
+
+* **400** a value of the request is invalid: out of range, wrong hex length, non-hex, k=0,
+  k above max_k, a malformed JSON body... Raised by our code as ``ValueError`` (the message
+  names the field, the value and what is allowed) or by FastAPI/pydantic as
+  ``RequestValidationError``; the latter also carries ``errors``, the per-field list
+  ``[{"loc": [...], "msg": ..., "type": ...}]``, and its ``detail`` joins them into one string.
+* 404 unknown index, 409 conflict, 413 too large, 415 Content-Type, 503 unavailable (as before).
+"""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
@@ -14,7 +25,53 @@ def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResp
     return JSONResponse({"detail": detail, **extra}, status_code=status, headers=headers)
 
 
+#: The status of every invalid value, whether our code or FastAPI's validation caught it.
+INVALID_STATUS = 400
+_LOC_SOURCES = frozenset({"body", "query", "path", "header", "cookie"})
+_MAX_INPUT_REPR = 60
+
+
+def field_name(loc) -> str:
+    """``("body", "codes", 0)`` -> ``"codes[0]"``; ``("query", "k")`` -> ``"k"``; ``("body",)``
+    -> ``"body"`` (the field names the messages of our own code use)."""
+    parts = list(loc)
+    if len(parts) > 1 and parts[0] in _LOC_SOURCES:
+        parts = parts[1:]
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "request"
+
+
+def _short_repr(value) -> str:
+    text = repr(value)
+    return text if len(text) <= _MAX_INPUT_REPR else text[:_MAX_INPUT_REPR - 3] + "..."
+
+
+def validation_errors(errors) -> tuple[str, list[dict]]:
+    """``(detail, errors)`` of a RequestValidationError: one string naming each field, its
+    value and what is allowed, and the list of ``{"loc", "msg", "type"}``."""
+    items, messages = [], []
+    for err in errors:
+        loc = [p if isinstance(p, (int, str)) else str(p) for p in err.get("loc", ())]
+        msg = str(err.get("msg", "invalid value"))
+        items.append({"loc": loc, "msg": msg, "type": str(err.get("type", "value_error"))})
+        text = f"{field_name(loc)}: {msg}"
+        if "input" in err and err.get("type") not in ("missing", "json_invalid"):
+            text += f" (got {_short_repr(err['input'])})"
+        messages.append(text)
+    return "; ".join(messages) or "invalid request", items
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        detail, items = validation_errors(exc.errors())
+        return _json(INVALID_STATUS, detail, errors=items)
+
     @app.exception_handler(ProbeLimitError)
     async def probe_limit(request: Request, exc: ProbeLimitError):
         return _json(400, str(exc), probes=int(exc.probes), limit=int(exc.limit),
@@ -57,4 +114,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError):
-        return _json(400, str(exc))
+        return _json(INVALID_STATUS, str(exc))

@@ -48,6 +48,8 @@ RANK = {OPEN: 0, READ: 1, WRITE: 2}
 #: set (Prometheus: ``authorization: {credentials: <key>}`` in the scrape config).
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
                         "/redoc"})
+#: Path prefixes open like OPEN_PATHS: the Swagger UI / ReDoc assets (app.main.DOCS_ASSETS_URL).
+OPEN_PREFIXES = ("/docs/assets/",)
 #: Paths outside the concurrency cap: probes and the scrape must answer under overload.
 UNCAPPED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -63,7 +65,7 @@ READ_KEY_VAR = "BUCKETSEARCH_READ_KEY"
 # ------------------------------------------------------------------------------------ policy
 def default_permission(method: str, path: str) -> str:
     """The permission of a request no route declares one for: fail closed."""
-    if path in OPEN_PATHS and method in READ_METHODS:
+    if (path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)) and method in READ_METHODS:
         return OPEN
     return READ if method in READ_METHODS else WRITE
 

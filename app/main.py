@@ -3,8 +3,14 @@ from __future__ import annotations
 
 import threading
 from contextlib import asynccontextmanager
+from pathlib import Path
 
-from fastapi import FastAPI
+import fastapi_offline
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import (get_redoc_html, get_swagger_ui_html,
+                                  get_swagger_ui_oauth2_redirect_html)
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from bucketsearch import __version__
@@ -14,7 +20,7 @@ from bucketsearch.app.guard import AccessPolicy, Guard
 from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
 from bucketsearch.app.registry import Registry
-from bucketsearch.app.routers import costmodel, evaluate, health, indexes, search
+from bucketsearch.app.routers import costmodel, evaluate, health, indexes, sample, search
 from bucketsearch.app.settings import Settings, warn_unknown_env
 from bucketsearch.app.startup import start_up
 
@@ -49,7 +55,8 @@ async def lifespan(app: FastAPI):
         await run_in_threadpool(app.state.registry.close)
 
 
-ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router)
+ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router,
+           sample.router)
 
 
 def access_policy(app: FastAPI) -> AccessPolicy:
@@ -57,15 +64,52 @@ def access_policy(app: FastAPI) -> AccessPolicy:
     return AccessPolicy(app.routes, declared_permission)
 
 
+#: Swagger UI and ReDoc assets, served from the fastapi-offline package (no CDN: /docs works
+#: on a machine without internet access). app.guard opens this prefix like /docs itself.
+DOCS_ASSETS_URL = "/docs/assets"
+DOCS_ASSETS_DIR = Path(fastapi_offline.__file__).parent / "static"
+
+
+def add_docs(app: FastAPI) -> None:
+    """/docs (Swagger UI) and /redoc with locally served assets (FastAPI's recipe "Custom
+    Docs UI Static Assets"); the app is created with ``docs_url=None, redoc_url=None``."""
+    app.mount(DOCS_ASSETS_URL, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
+    oauth2_redirect = app.swagger_ui_oauth2_redirect_url
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=f"{root}{oauth2_redirect}",
+            swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+            swagger_ui_parameters=app.swagger_ui_parameters)
+
+    @app.get(oauth2_redirect, include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{DOCS_ASSETS_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png", with_google_fonts=False)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="bucketsearch", version=__version__, description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings or Settings()
     warn_unknown_env()
     app.state.metrics = AppMetrics(app)
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    add_docs(app)
     document_guard(app, access_policy)
     # Starlette builds the middleware stack (so the guard's policy) at the first request, after
     # every route is included; the guard is inside the metrics so that its answers are counted

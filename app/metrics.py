@@ -3,8 +3,9 @@ histograms, counts of the requests the guard (app.guard) refused, and the per-in
 per-radius search figures read from each index's CostTracker at scrape time (so a search pays
 numpy bookkeeping only, no per-observation Python call).
 
-Labels hold route templates, methods, statuses and index names, never a raw URL path or a
-file path (tests/test_http_guards.py checks the exposition)."""
+Labels hold route templates, methods, statuses, index names and radii 0..16 (larger radii
+share the label ``gt16``), never a raw URL path or a file path (tests/test_http_guards.py
+checks the exposition; tests/test_docs.py the bound on radius series)."""
 from __future__ import annotations
 
 import time
@@ -23,8 +24,42 @@ REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
                    10, 30)
 
 
+#: Radii above this share one label value, ``gt16``: the per-radius series of an index stay
+#: bounded (radius 0..16 and gt16: 18 values x 32 histogram series + 2 counters) whatever radii
+#: (up to 256) clients search with.
+MAX_RADIUS_LABEL = 16
+RADIUS_OVERFLOW_LABEL = f"gt{MAX_RADIUS_LABEL}"
+
+
+def radius_label(radius: int) -> str:
+    """The ``radius`` label of a radius: itself up to MAX_RADIUS_LABEL, else ``gt16``."""
+    return str(radius) if radius <= MAX_RADIUS_LABEL else RADIUS_OVERFLOW_LABEL
+
+
+def fold_radii(records: dict) -> list[tuple[str, object]]:
+    """``{radius: RadiusRecord}`` -> ``[(label, record)]`` in radius order, the records of the
+    radii above MAX_RADIUS_LABEL summed into one (a copy: the input is not modified)."""
+    out, overflow = [], None
+    for radius, rec in sorted(records.items()):
+        if radius <= MAX_RADIUS_LABEL:
+            out.append((str(radius), rec))
+        elif overflow is None:
+            overflow = type(rec)(rec.counts.copy(), rec.n, rec.sum_ns, rec.probes_total,
+                                 rec.empty_total)
+        else:
+            overflow.counts += rec.counts
+            overflow.n += rec.n
+            overflow.sum_ns += rec.sum_ns
+            overflow.probes_total += rec.probes_total
+            overflow.empty_total += rec.empty_total
+    if overflow is not None:
+        out.append((RADIUS_OVERFLOW_LABEL, overflow))
+    return out
+
+
 class SearchCollector:
-    """Exposes every index's per-radius counters and lookup-time histogram."""
+    """Exposes every index's per-radius counters and lookup-time histogram (radius label
+    bounded: see :data:`MAX_RADIUS_LABEL`)."""
 
     def __init__(self, app):
         self.app = app
@@ -42,8 +77,8 @@ class SearchCollector:
         registry = getattr(self.app.state, "registry", None)
         entries = list(registry.entries.values()) if registry is not None else []
         for entry in entries:
-            for radius, rec in sorted(entry.cost.snapshot().items()):
-                labels = [entry.name, str(radius)]
+            for radius, rec in fold_radii(entry.cost.snapshot()):
+                labels = [entry.name, radius]
                 cum = np.cumsum(rec.counts)
                 buckets = []
                 for octave in LOOKUP_OCTAVES:

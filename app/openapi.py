@@ -1,5 +1,5 @@
 """OpenAPI tweaks: the bearer scheme, and the guard's answers, documented as the current
-settings enforce them."""
+settings enforce them; FastAPI's 422 documented as the 400 that app.errors answers."""
 from __future__ import annotations
 
 from fastapi import FastAPI
@@ -15,6 +15,10 @@ GUARD_RESPONSES = {
     413: "body or batch too large",
     503: "too many requests in flight (Retry-After), or starting: see /readyz",
 }
+
+#: FastAPI documents a 422 for request validation; app.errors answers those with 400.
+INVALID_VALUE = ("invalid value: `detail` names the field, the value and what is allowed; "
+                 "`errors` lists them when the request failed schema validation")
 
 
 def needs_key(permission: str, settings) -> bool:
@@ -57,12 +61,18 @@ def document_guard(app: FastAPI, policy_of) -> None:
                 else:
                     op.pop("security", None)
                 responses = op.setdefault("responses", {})
+                if responses.pop("422", None) is not None:  # app.errors answers 400 instead
+                    responses.setdefault("400", {
+                        "description": INVALID_VALUE,
+                        "content": {"application/json": {"schema": error}}})
                 for code in codes:
                     responses.setdefault(str(code), {
                         "description": GUARD_RESPONSES[code],
                         "content": {"application/json": {"schema": error}}})
                 if permission != OPEN:
                     op.setdefault("x-permission", permission)
+        for unused in ("HTTPValidationError", "ValidationError"):  # only the 422s used them
+            components.get("schemas", {}).pop(unused, None)
         schemes = components.setdefault("securitySchemes", {})
         if any_key:
             schemes[SCHEME] = {"type": "http", "scheme": "bearer", "description":

@@ -23,7 +23,10 @@ class CreateIndex(Strict):
     name: IndexNameStr = Field(description="index name, [A-Za-z0-9_-]{1,64}")
     bits: int = Field(ge=1, le=256, description="code length Q in bits")
     mode: Literal["single", "mih", "auto"] = Field(
-        "single", description="single-table bucket search, multi-index hashing, or the planner")
+        "auto", description="auto (default): the planner picks single-table probing, "
+                            "multi-index hashing or a scan per batch by predicted cost; single: "
+                            "single-table bucket search only; mih: multi-index hashing only "
+                            "(README: Which mode)")
     substrings: int | None = Field(None, ge=1, le=256,
                                    description="number of MIH substrings (mih/auto only)")
 

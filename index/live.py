@@ -302,7 +302,11 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
     raises ValueError (a log that contradicts itself); with ``replace_live`` (repair: a salvaged
     log that lost a delete) such an add replaces the live item instead. Deletes of absent ids
     are no-ops.
-    Vectorized over all ops: events sorted by (id, sequence)."""
+    Vectorized over all ops: events sorted by (id, sequence). One validated op (a live write,
+    ``check=False``) takes a direct path: concatenate, or filter the delta.
+    """
+    if len(ops) == 1 and not check and not replace_live:
+        return _apply_one(state, ops[0])
     adds = [(state.delta_ids, state.delta_words)] + [(op.ids, op.words) for op in ops
                                                      if op.kind == "add"]
     add_seq = [np.full(len(state.delta_ids), -1)] + [np.full(len(op.ids), j) for j, op
@@ -341,6 +345,18 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
         if len(hit):
             tomb = np.union1d(tomb, hit)
     return state.with_delta(a_ids[rows], a_words[rows], tomb)
+
+
+def _apply_one(state: LiveState, op: Op) -> LiveState:
+    """:func:`apply_ops` of one op already validated against ``state`` (adds of ids that are
+    not live, deletes of live ids): O(delta) with no sort."""
+    if op.kind == "add":
+        return state.with_delta(np.concatenate([state.delta_ids, op.ids]),
+                                np.concatenate([state.delta_words, op.words]), state.tombstones)
+    keep = ~np.isin(state.delta_ids, op.ids)
+    hit = op.ids[state.in_main(op.ids)]
+    tomb = np.union1d(state.tombstones, hit) if len(hit) else state.tombstones
+    return state.with_delta(state.delta_ids[keep], state.delta_words[keep], tomb)
 
 
 def _snapshot_dirs(directory: Path) -> list[tuple[int, Path]]:

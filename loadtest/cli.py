@@ -10,19 +10,31 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from bucketsearch import __version__
+from bucketsearch.index.codes import as_words, n_bytes, n_words, pack_hex, to_packed
 from bucketsearch.loadtest import dataset
 from bucketsearch.loadtest.report import build_report, plot_report, print_report
 from bucketsearch.loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig, ServerError,
-                             check_server, config_dict,
-                             get_cost_model, get_index, run, saturation_warnings)
+                             check_server, config_dict, empty_bucket_warning,
+                             get_cost_model, get_index, get_sample, run,
+                             saturation_warnings)
 from bucketsearch.loadtest.stats import LoadStats
 from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii
+
+#: ``--codes`` value naming the embedded data set
+SYNTHETIC = "synthetic"
+#: the server's limit on one sample (app/routers/sample.py)
+MAX_SAMPLE = 10_000
+#: what ``--codes`` accepts, for error messages
+CODE_FORMATS = ("a .npy of bits (n, {bits}) in {{0,1}} or {{-1,+1}} (int or bool), packed rows "
+                "(n, {nbytes}) uint8, or words (n, {nwords}) uint64; or a text file of hex "
+                "codes ({ndigits} digits), one per line")
 
 EXAMPLES = """examples:
   # open loop, 300 radius-1 single queries per second for 10 s, JSON report and plot
@@ -37,8 +49,13 @@ EXAMPLES = """examples:
 
 Latency is measured from the intended send time (open loop: coordinated omission corrected),
 service time from the actual send. Percentiles are nearest-rank over an HDR histogram.
-Queries are codes of --codes (default: the embedded synthetic data set, the one `demo` loads)
-with up to r bits flipped, so radius-r queries find their source code.
+Queries are codes drawn from the target index itself (GET /v1/indexes/{index}/sample, up to
+--sample codes), or from --codes FILE, with exactly r bits flipped for a radius-r query (so
+each finds its source code on its outermost ring) and none for k-NN. --codes takes what an
+insert takes: a .npy of bits (n, bits) in {0,1} or {-1,+1}, packed uint8 rows
+(n, ceil(bits/8)), or uint64 words (n, ceil(bits/64)); or a text file of hex codes, one per
+line. `--codes synthetic` is the embedded data set (the one `demo` loads; --data-n,
+--data-seed). A run whose every probed bucket was empty ends with a warning.
 """
 
 
@@ -52,6 +69,19 @@ def _int_at_least(flag, low):
                                              f"(allowed: an integer >= {low})") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{flag} {value}: must be an integer >= {low}")
+        return value
+    return parse
+
+
+def _int_in_range(flag, low, high):
+    """argparse type: an integer in ``[low, high]``."""
+    at_least = _int_at_least(flag, low)
+
+    def parse(text):
+        value = at_least(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: above the limit {high} "
+                                             f"(allowed: {low}..{high})")
         return value
     return parse
 
@@ -147,13 +177,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=_nonneg_int("--seed"), default=0,
                    help="seed of the query mix and of Poisson arrivals (default %(default)s)")
     g.add_argument("--codes", default=None, metavar="PATH",
-                   help="queries are drawn from these codes: .npy of packed uint8 rows "
-                        "(n, ceil(bits/8)) or of bits (n, bits); default: the embedded "
-                        "synthetic data set")
-    g.add_argument("--data-n", type=_positive_int("--data-n"), default=dataset.DEFAULT_N,
-                   help="size of the embedded data set to draw from (default %(default)s)")
-    g.add_argument("--data-seed", type=_nonneg_int("--data-seed"), default=dataset.DEFAULT_SEED,
-                   help="seed of the embedded data set (default %(default)s)")
+                   help="draw queries from these codes instead of the index's own: a .npy of "
+                        "bits (n, bits) in {0,1} or {-1,+1}, packed uint8 rows "
+                        "(n, ceil(bits/8)) or uint64 words (n, ceil(bits/64)); a text file of "
+                        "hex codes, one per line; or 'synthetic' (the embedded data set). "
+                        "Default: a sample of the target index's codes")
+    g.add_argument("--sample", type=_int_in_range("--sample", 1, MAX_SAMPLE), default=MAX_SAMPLE,
+                   help="codes sampled from the index when --codes is not given "
+                        "(default %(default)s, at most the server's limit)")
+    g.add_argument("--data-n", type=_positive_int("--data-n"), default=None,
+                   help=f"with --codes {SYNTHETIC}: size of the embedded data set "
+                        f"(default {dataset.DEFAULT_N})")
+    g.add_argument("--data-seed", type=_nonneg_int("--data-seed"), default=None,
+                   help=f"with --codes {SYNTHETIC}: seed of the embedded data set "
+                        f"(default {dataset.DEFAULT_SEED})")
     g = p.add_argument_group("output")
     g.add_argument("--json", type=Path, default=None, metavar="OUT",
                    help="write the JSON report here")
@@ -172,29 +209,86 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_codes(path: str | None, bits: int, data_n: int, data_seed: int) -> np.ndarray:
-    """Packed ``(n, ceil(bits/8))`` uint8 rows to draw queries from."""
-    if path is None:
-        return dataset.clustered_codes(data_n, bits, data_seed)
+def _allowed(bits: int) -> str:
+    return CODE_FORMATS.format(bits=bits, nbytes=n_bytes(bits), nwords=n_words(bits),
+                               ndigits=2 * n_bytes(bits))
+
+
+def read_codes_file(path: str, bits: int) -> np.ndarray:
+    """Words ``(n, ceil(bits/64))`` of the codes in ``path``, any format an insert takes (see
+    ``CODE_FORMATS``); ``ValueError`` naming the file, what it holds and what is allowed."""
     try:
-        arr = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--codes {path!r}: cannot read a .npy file ({exc})") from None
-    nbytes = (bits + 7) // 8
-    if arr.ndim == 2 and arr.dtype == np.uint8 and arr.shape[1] == nbytes and nbytes != bits:
-        packed = np.array(arr, copy=True)                     # packed rows
-        if bits % 8:   # the server rejects nonzero padding bits: clear them
-            packed[:, -1] &= np.uint8((0xFF << (8 - bits % 8)) & 0xFF)
-        return packed
-    if arr.ndim == 2 and arr.shape[1] == bits and (np.issubdtype(arr.dtype, np.integer)
-                                                   or arr.dtype == np.bool_):
-        if arr.size and not np.isin(arr, (-1, 0, 1)).all():
-            raise ValueError(f"--codes {path!r}: a (n, {bits}) bit array must hold 0/1 "
-                             "(or -1/+1) values")
-        return np.packbits((arr > 0).astype(np.uint8), axis=1)
-    raise ValueError(f"--codes {path!r}: shape {arr.shape} dtype {arr.dtype} is neither packed "
-                     f"(n, {nbytes}) uint8 rows nor an (n, {bits}) bit array of a {bits}-bit "
-                     "index")
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as exc:
+        raise ValueError(f"--codes {path!r}: cannot read the file ({exc.strerror or exc})") \
+            from None
+    if head == b"\x93NUMPY":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"--codes {path!r}: cannot read the .npy file ({exc})") from None
+        what = f"shape {arr.shape} dtype {arr.dtype}"
+        if arr.ndim != 2 or not len(arr):
+            raise ValueError(f"--codes {path!r}: {what} is not a non-empty 2-D array of "
+                             f"{bits}-bit codes; allowed: {_allowed(bits)}")
+        if arr.dtype == np.uint8 and arr.shape[1] == n_bytes(bits) != bits and bits % 8:
+            # packed rows: clear the padding bits after bit bits-1 (the server rejects them)
+            arr = arr.copy()
+            arr[:, -1] &= np.uint8((0xFF << (8 - bits % 8)) & 0xFF)
+        try:
+            return as_words(arr, bits)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"--codes {path!r}: {what}: {exc}; allowed: {_allowed(bits)}") \
+                from None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--codes {path!r}: neither a .npy file nor a UTF-8 text file of hex "
+                         f"codes; allowed: {_allowed(bits)}") from None
+    lines = [(no, line.strip()) for no, line in enumerate(text.splitlines(), start=1)
+             if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        raise ValueError(f"--codes {path!r}: a text file without any hex code; allowed: "
+                         f"{_allowed(bits)}")
+    try:
+        return pack_hex([code for _, code in lines], bits)
+    except ValueError as exc:
+        msg = re.sub(r"^code (\d+)", lambda m: f"line {lines[int(m.group(1))][0]}", str(exc))
+        raise ValueError(f"--codes {path!r} (text, hex codes of a {bits}-bit index): {msg}; "
+                         f"allowed: {_allowed(bits)}") from None
+
+
+def load_codes(path: str | None, bits: int, data_n: int | None = None,
+               data_seed: int | None = None) -> np.ndarray:
+    """Packed ``(n, ceil(bits/8))`` uint8 rows of ``--codes`` (a file, or ``synthetic``)."""
+    if path is None or path == SYNTHETIC:
+        return dataset.clustered_codes(dataset.DEFAULT_N if data_n is None else data_n, bits,
+                                       dataset.DEFAULT_SEED if data_seed is None else data_seed)
+    return to_packed(read_codes_file(path, bits), bits)
+
+
+def query_source(args, cfg: RunConfig, bits: int) -> tuple[np.ndarray, str]:
+    """The codes queries are drawn from and a sentence saying where they came from."""
+    if args.codes != SYNTHETIC and (args.data_n is not None or args.data_seed is not None):
+        raise ValueError(f"--data-n/--data-seed only apply with --codes {SYNTHETIC} (the "
+                         "embedded data set)")
+    if args.codes == SYNTHETIC:
+        n = dataset.DEFAULT_N if args.data_n is None else args.data_n
+        seed = dataset.DEFAULT_SEED if args.data_seed is None else args.data_seed
+        return (load_codes(SYNTHETIC, bits, n, seed),
+                f"{n:,} codes of the embedded synthetic data set (seed {seed}), NOT read from "
+                f"index {cfg.index!r}")
+    if args.codes is not None:
+        packed = load_codes(args.codes, bits)
+        return packed, f"{len(packed):,} codes of {args.codes}"
+    packed, size = get_sample(cfg.url, cfg.index, bits, args.sample, args.seed)
+    if not len(packed):
+        raise ServerError(f"index {cfg.index!r} holds no items: there is nothing to draw "
+                          "queries from; insert items first (POST /v1/indexes/"
+                          f"{cfg.index}/items) or pass --codes FILE")
+    return packed, (f"{len(packed):,} codes sampled from index {cfg.index!r} "
+                    f"({size:,} live items, seed {args.seed})")
 
 
 def config_from_args(args) -> RunConfig:
@@ -213,6 +307,9 @@ def execute(cfg: RunConfig, workload: Workload, bits: int, extra_params: dict | 
     outcome = run(cfg, workload)
     stats = LoadStats(outcome.measure_from_ns).add_all(outcome.results)
     warnings = saturation_warnings(cfg, outcome, stats)
+    empty = empty_bucket_warning(outcome)
+    if empty:
+        warnings.append(empty)
     cost_model = get_cost_model(cfg.url, cfg.index) if fetch_cost_model else None
     params = {**config_dict(cfg), **workload.describe(), **(extra_params or {})}
     client = {"cpu_share_of_core": outcome.cpu_share(), "cpu_s": outcome.cpu_s,
@@ -254,10 +351,14 @@ def main(argv: list[str] | None = None) -> int:
         bits = int(info.get("bits") or 0)
         if not 1 <= bits <= 256:
             raise ServerError(f"GET /v1/indexes/{cfg.index} gave no valid 'bits' ({info})")
-        base = load_codes(args.codes, bits, args.data_n, args.data_seed)
+        base, source = query_source(args, cfg, bits)
+        print(f"queries: drawn from {source}; radius-r queries flip exactly r bits, k-NN "
+              "queries are the codes themselves", flush=True)
         classes = [QueryClass(radius=r) for r in args.radii] + [QueryClass(k=k) for k in args.knn]
-        workload = Workload(base, bits, classes, batch=args.batch, seed=args.seed)
-        report = execute(cfg, workload, bits, {"codes": args.codes or "embedded synthetic",
+        workload = Workload(base, bits, classes, batch=args.batch, seed=args.seed,
+                            flips="exact")
+        report = execute(cfg, workload, bits, {"codes": args.codes or "index sample",
+                                                "query_source": source,
                                                 "data_n": args.data_n})
     except ServerError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

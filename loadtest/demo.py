@@ -131,28 +131,16 @@ def load_index(url: str, packed: np.ndarray, bits: int, say=print) -> dict:
     with httpx.Client(base_url=url, timeout=300) as client:
         _check(client.post("/v1/indexes", json={"name": INDEX, "bits": bits, "mode": "single"}),
                "POST /v1/indexes")
-        raw = True
         t0 = time.monotonic()
         for start in range(0, len(packed), LOAD_CHUNK):
             chunk = np.ascontiguousarray(packed[start:start + LOAD_CHUNK])
-            resp = None
-            if raw:
-                resp = client.post(f"/v1/indexes/{INDEX}/items", params={"first_id": start},
-                                   content=chunk.tobytes(),
-                                   headers={"content-type": "application/octet-stream"})
-                if resp.status_code in (415, 422):
-                    raw = False
-                    say("  the server takes no raw bodies: sending hex JSON batches")
-            if not raw:
-                resp = client.post(f"/v1/indexes/{INDEX}/items",
-                                   json={"ids": list(range(start, start + len(chunk))),
-                                         "codes": dataset.to_hex(chunk)})
-            _check(resp, f"POST /v1/indexes/{INDEX}/items")
+            _check(client.post(f"/v1/indexes/{INDEX}/items", params={"first_id": start},
+                               content=chunk.tobytes(),
+                               headers={"content-type": "application/octet-stream"}),
+                   f"POST /v1/indexes/{INDEX}/items")
             done = start + len(chunk)
             say(f"  inserted {done:,}/{len(packed):,} codes ({time.monotonic() - t0:.1f} s)")
-        resp = client.post(f"/v1/indexes/{INDEX}/merge")
-        if resp.status_code != 404:
-            _check(resp, f"POST /v1/indexes/{INDEX}/merge")
+        _check(client.post(f"/v1/indexes/{INDEX}/merge"), f"POST /v1/indexes/{INDEX}/merge")
         info = _check(client.get(f"/v1/indexes/{INDEX}"), f"GET /v1/indexes/{INDEX}")
         say(f"  loaded and merged in {time.monotonic() - t0:.1f} s: size "
             f"{info.get('size', '?')}, distinct codes {info.get('distinct_codes', '?')}")

@@ -503,6 +503,61 @@ def get_index(url: str, index: str, timeout: float = 10.0) -> dict:
     return resp.json()
 
 
+def get_sample(url: str, index: str, bits: int, n: int, seed: int = 0,
+               timeout: float = 30.0) -> tuple[np.ndarray, int]:
+    """``GET /v1/indexes/{index}/sample?n=&seed=`` (octet-stream): ``(packed rows, live size)``,
+    up to ``n`` codes drawn uniformly from the index's live items, packed
+    ``(m, ceil(bits/8))`` uint8 rows; :class:`ServerError` if the server cannot give them."""
+    path = f"/v1/indexes/{index}/sample"
+    try:
+        resp = httpx.get(f"{url.rstrip('/')}{path}", params={"n": n, "seed": seed},
+                         headers={"accept": "application/octet-stream"}, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__})") from None
+    if resp.status_code == 405 or (resp.status_code == 404 and f"{index!r}" not in resp.text):
+        raise ServerError(f"GET {path} -> {resp.status_code}: this server cannot sample the "
+                          "index's codes (an older version?); pass --codes FILE with codes of "
+                          "the index")
+    if resp.status_code != 200:
+        raise ServerError(f"GET {path} -> {resp.status_code}: {resp.text[:200]}")
+    nb = (bits + 7) // 8
+    body = resp.content
+    m, rest = divmod(len(body), 8 + nb)
+    if rest or int(resp.headers.get("x-bits", bits)) != bits:
+        raise ServerError(f"GET {path}: unexpected answer ({len(body)} bytes, X-Bits "
+                          f"{resp.headers.get('x-bits')!r}, expected {8 + nb} bytes per "
+                          f"{bits}-bit item)")
+    packed = np.frombuffer(body, dtype=np.uint8, offset=8 * m).reshape(m, nb).copy()
+    return packed, int(resp.headers.get("x-index-size", m))
+
+
+def empty_bucket_warning(outcome: RunOutcome) -> str | None:
+    """A warning when every bucket probed by every measured request was empty.
+
+    Such a run measures only misses: the queries never reach the index's codes (codes of
+    another data set, another bit order, or a seed that does not match the index)."""
+    probes = empty = found = with_stats = 0
+    for res in outcome.results:
+        if res.intended_ns < outcome.measure_from_ns or res.error or not res.server:
+            continue
+        with_stats += 1
+        probes += sum(q.probes for q in res.server)
+        empty += sum(q.empty_buckets for q in res.server)
+        found += res.n_results if res.radius is not None else 0
+    if not with_stats or probes == 0 or empty < probes:
+        return None
+    if found:
+        return (f"every one of the {probes:,} buckets probed was empty, yet radius queries "
+                f"found {found:,} items: they are in the delta segment (inserted since the last "
+                "merge; scanned, not probed), so the probe costs measured here are those of an "
+                "empty main table; merge first (POST /v1/indexes/<index>/merge)")
+    return (f"every one of the {probes:,} buckets probed (all {with_stats:,} measured requests) "
+            "was empty and no radius query found an item: the queries never reached the "
+            "index's codes, so this run measured misses only. Likely cause: --codes holds "
+            "codes of another data set (or another bit order) than the index; omit --codes "
+            "to draw queries from the index itself")
+
+
 def get_cost_model(url: str, index: str, timeout: float = 30.0) -> dict | None:
     """``GET /v1/indexes/{index}/cost-model``, or None when the server has none."""
     try:

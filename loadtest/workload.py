@@ -9,7 +9,10 @@ classes with the given weights (uniform by default) by a ``numpy`` generator see
 A query is a code of the index (a row of ``base_codes``, uniform) with ``f`` bits flipped at
 distinct uniform positions, ``f`` uniform in ``0 .. r`` for a radius-r query (so the source code
 is always within the radius and every radius query finds at least one item) and in
-``0 .. knn_flips`` for k-NN. The same seed gives the same requests in the same order.
+``0 .. knn_flips`` for k-NN (``flips="upto"``, the default); with ``flips="exact"`` a radius-r
+query has exactly ``min(r, bits)`` bits flipped (its source code lies on the outermost ring it
+probes) and a k-NN query is the code itself. The same seed gives the same requests in the same
+order.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import numpy as np
 #: distinct request bodies generated per class; requests cycle through them
 DEFAULT_POOL = 512
 KNN_FLIPS = 2
+FLIPS = ("upto", "exact")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +95,22 @@ def flip_bits(packed: np.ndarray, n_flips: np.ndarray, bits: int,
 
 
 def make_queries(base_codes: np.ndarray, bits: int, qclass: QueryClass, n: int,
-                 rng: np.random.Generator) -> np.ndarray:
-    """``n`` packed queries of ``qclass`` drawn from ``base_codes`` with bit flips."""
+                 rng: np.random.Generator, flips: str = "upto") -> np.ndarray:
+    """``n`` packed queries of ``qclass`` drawn from ``base_codes`` with bit flips (``flips``:
+    "upto", uniform in 0..r, or "exact", r for a radius-r query and none for k-NN)."""
+    if flips not in FLIPS:
+        raise ValueError(f"flips {flips!r} is not allowed: one of {', '.join(FLIPS)}")
     base_codes = np.asarray(base_codes, dtype=np.uint8)
     if base_codes.ndim != 2 or base_codes.shape[1] != (bits + 7) // 8 or not len(base_codes):
         raise ValueError(f"base codes of {bits} bits must be a non-empty (n, {(bits + 7) // 8}) "
                          f"uint8 array, got shape {base_codes.shape}")
     rows = base_codes[rng.integers(0, len(base_codes), size=n)]
-    max_flips = qclass.radius if qclass.radius is not None else KNN_FLIPS
-    flips = rng.integers(0, min(max_flips, bits) + 1, size=n)
-    return flip_bits(rows, flips, bits, rng)
+    if flips == "exact":
+        n_flips = np.full(n, min(qclass.radius or 0, bits), dtype=np.int64)
+    else:
+        max_flips = qclass.radius if qclass.radius is not None else KNN_FLIPS
+        n_flips = rng.integers(0, min(max_flips, bits) + 1, size=n)
+    return flip_bits(rows, n_flips, bits, rng)
 
 
 def encode_body(qclass: QueryClass, packed: np.ndarray, stats: bool = True) -> bytes:
@@ -125,7 +135,8 @@ class Workload:
 
     def __init__(self, base_codes: np.ndarray, bits: int, classes: list[QueryClass],
                  batch: int = 1, seed: int = 0, weights: list[float] | None = None,
-                 pool: int = DEFAULT_POOL, schedule_len: int = 4096, stats: bool = True):
+                 pool: int = DEFAULT_POOL, schedule_len: int = 4096, stats: bool = True,
+                 flips: str = "upto"):
         if not classes:
             raise ValueError("the workload needs at least one query class")
         if batch < 1:
@@ -139,6 +150,7 @@ class Workload:
         self.bits = bits
         self.batch = batch
         self.seed = seed
+        self.flips = flips
         self.weights = [w / sum(weights) for w in weights]
         rng = np.random.default_rng(seed)
         self.schedule = rng.choice(len(classes), size=schedule_len, p=self.weights)
@@ -146,7 +158,7 @@ class Workload:
         for qclass in self.classes:
             bodies = []
             for _ in range(pool):
-                packed = make_queries(base_codes, bits, qclass, batch, rng)
+                packed = make_queries(base_codes, bits, qclass, batch, rng, flips)
                 bodies.append(Request(qclass, encode_body(qclass, packed, stats), batch))
             self.pools.append(bodies)
 
@@ -158,7 +170,7 @@ class Workload:
     def describe(self) -> dict:
         return {"classes": [q.label for q in self.classes], "weights": self.weights,
                 "batch": self.batch, "seed": self.seed, "bits": self.bits,
-                "pool_per_class": len(self.pools[0])}
+                "pool_per_class": len(self.pools[0]), "flips": self.flips}
 
 
 def probes_upto(bits: int, radius: int) -> int:

@@ -106,6 +106,7 @@ EXAMPLES = {
     ("GET", "/v1/indexes/{name}"): (READ, lambda sent: ("/v1/indexes/ix", None)),
     ("GET", "/v1/indexes/{name}/cost-model"): (READ, lambda sent: (
         "/v1/indexes/ix/cost-model", None)),
+    ("GET", "/v1/indexes/{name}/sample"): (READ, lambda sent: ("/v1/indexes/ix/sample?n=5", None)),
     ("POST", "/v1/indexes/{name}/search"): (READ, lambda sent: (
         "/v1/indexes/ix/search", {"codes": [CODE], "max_distance": 1})),
     ("POST", "/v1/indexes/{name}/evaluate"): (READ, lambda sent: (

@@ -42,7 +42,8 @@ def _data(seed, n, bits=BITS, centers=6, flips=3):
 def filled(client):
     """Index 'main' with 400 clustered codes: 300 by JSON, 100 raw with explicit ids."""
     words = _data(0, 400)
-    assert client.post("/v1/indexes", json={"name": "main", "bits": BITS}).status_code == 201
+    assert client.post("/v1/indexes", json={"name": "main", "bits": BITS,
+                                            "mode": "single"}).status_code == 201
     r = client.post("/v1/indexes/main/items",
                     json={"ids": list(range(300)), "codes": to_hex(words[:300], BITS)})
     assert r.status_code == 200 and r.json() == {"inserted": 300, "deleted": None, "size": 300}
@@ -158,8 +159,8 @@ def test_index_lifecycle(client):
 ])
 def test_create_rejects_bad_fields(client, payload, field):
     r = client.post("/v1/indexes", json=payload)
-    assert r.status_code == 422
-    assert field in {str(loc) for e in r.json()["detail"] for loc in e["loc"]}
+    assert r.status_code == 400 and r.json()["detail"].startswith(field + ":")
+    assert field in {str(loc) for e in r.json()["errors"] for loc in e["loc"]}
 
 
 def test_mih_mode_matches_brute_force(client):
@@ -209,17 +210,17 @@ def test_search_errors_name_the_field(client, filled):
     assert r.status_code == 400 and "codes" in r.json()["detail"] \
         and "16" in r.json()["detail"]
     r = client.post(url, json={"codes": ["zz" * 8], "max_distance": 1})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-2:] == ["codes", 0]
+    assert r.status_code == 400 and r.json()["errors"][0]["loc"][-2:] == ["codes", 0]
     r = client.post(url, json={"codes": ["00" * 8], "max_distance": 70})
     assert r.status_code == 400 and "max_distance must be in [0, bits=64]" in r.json()["detail"]
     r = client.post(url, json={"codes": ["00" * 8], "max_distance": 1, "k": 3})
-    assert r.status_code == 422 and "exactly one of" in r.text
+    assert r.status_code == 400 and "exactly one of" in r.json()["detail"]
     r = client.post(url, json={"codes": ["00" * 8]})
-    assert r.status_code == 422
+    assert r.status_code == 400
     assert client.post("/v1/indexes/nope/search",
                        json={"codes": ["00"], "max_distance": 0}).status_code == 404
     assert client.post("/v1/indexes/b%20ad/search",
-                       json={"codes": ["00"], "max_distance": 0}).status_code == 422
+                       json={"codes": ["00"], "max_distance": 0}).status_code == 400
 
 
 def test_probe_guard_reports_count_and_hint(client, filled):
@@ -246,7 +247,7 @@ def test_duplicate_ids(client, filled):
     r = client.post("/v1/indexes/main/items", json={"ids": [901], "codes": []})
     assert r.status_code == 400 and "ids" in r.json()["detail"]
     r = client.post("/v1/indexes/main/items", json={"ids": [-1], "codes": ["00" * 8]})
-    assert r.status_code == 422
+    assert r.status_code == 400
 
 
 def test_body_and_batch_limits(client, filled):
@@ -367,10 +368,10 @@ def test_evaluate_with_relevant_ids_and_request_guards(client, filled):
 def test_items_json_validation_error_points_into_the_body(client, filled):
     r = client.post("/v1/indexes/main/items", json={"ids": [1], "codes": ["00" * 8],
                                                     "extra": 1})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "extra"]
+    assert r.status_code == 400 and r.json()["errors"][0]["loc"] == ["body", "extra"]
     r = client.post("/v1/indexes/main/items", content=b"{not json",
                     headers={"content-type": "application/json"})
-    assert r.status_code == 422
+    assert r.status_code == 400
 
 
 def test_read_only_mmap_server_shares_a_data_dir(bucketsearch_server_factory, tmp_path):
@@ -491,7 +492,7 @@ def test_octet_stream_search_errors_name_the_field(client, filled):
         (url + "?max_distance=1", b"", 400, "body: 0 bytes"),
         (url, code, 400, "exactly one of"),
         (url + "?max_distance=1&k=2", code, 400, "exactly one of"),
-        (url + "?max_distance=-1", code, 422, "max_distance"),
+        (url + "?max_distance=-1", code, 400, "max_distance"),
         (url + "?max_distance=1", code * 1001, 413, "max_batch=1000"),
     ]
     for path, body, status, text in cases:

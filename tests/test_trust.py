@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -156,22 +157,30 @@ def test_delta_drains_after_a_bulk_load_and_at_start_up(tmp_path):
     """Issue 18.1: writes that arrived during a background merge were never merged later, and
     a delta over the threshold at start-up was never merged."""
     live = LiveIndex(tmp_path, 32, merge_threshold=500)
+    write_snapshot, merging = live._write_snapshot, threading.Event()
+
+    def slow_snapshot(*args):  # hold the first merge open while more writes arrive
+        merging.set()
+        time.sleep(0.3)
+        return write_snapshot(*args)
+
+    live._write_snapshot = slow_snapshot
     rng = np.random.default_rng(0)
-    for j in range(10):  # ten batches back to back, most of them during a merge
-        live.add(rng.integers(0, 2**32, (400, 1), dtype=np.uint64), np.arange(400 * j,
-                                                                          400 * (j + 1)))
+    live.add(rng.integers(0, 2**32, (600, 1), dtype=np.uint64), np.arange(600))
+    assert merging.wait(30)  # the background merge of the first 600 items runs
+    live.add(rng.integers(0, 2**32, (600, 1), dtype=np.uint64), np.arange(600, 1200))
     deadline = time.monotonic() + 60
     while (live.merging or live.needs_merge()) and time.monotonic() < deadline:
         time.sleep(0.05)
     live.wait_for_merge()
-    assert len(live.state.delta_ids) < 500 and live.ntotal == 4000 and live.merges >= 2
+    assert len(live.state.delta_ids) == 0 and live.ntotal == 1200 and live.merges == 2
     live.close()
     cold = LiveIndex(tmp_path, 32, merge_threshold=500, background_merge=False)
-    cold.add(rng.integers(0, 2**32, (600, 1), dtype=np.uint64), np.arange(4000, 4600))
+    cold.add(rng.integers(0, 2**32, (600, 1), dtype=np.uint64), np.arange(1200, 1800))
     cold.close()  # 600 items left in the delta, over the threshold
     warm = LiveIndex(tmp_path, 32, merge_threshold=500)
     warm.wait_for_merge()
-    assert len(warm.state.delta_ids) == 0 and warm.ntotal == 4600
+    assert len(warm.state.delta_ids) == 0 and warm.ntotal == 1800
 
 
 def test_many_indexes_under_a_low_file_descriptor_limit(tmp_path):

@@ -9,7 +9,8 @@ in a fresh interpreter (this file run as a script): in the pytest process, kerne
 earlier tests would hide what the warm-up missed.
 
 The driver starts the app in-process (``TestClient``) on an empty data directory, waits for
-``/readyz``, records the signatures of every dispatcher of the ``app`` and ``index`` modules, then
+``/readyz``, records the signatures of every dispatcher of the ``bucketsearch.app`` and
+``bucketsearch.index`` modules, then
 sends every kind of request (every mode; direct-addressed, one-word and multi-word codes; radius
 and k-NN, stats on and off, JSON and octet-stream bodies, JSON and binary answers, small inline
 batches and large thread-pool ones; on an empty index, a delta only, a main table only, and main
@@ -32,7 +33,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULE_ROOTS = ("app", "index")
+MODULE_ROOTS = ("bucketsearch.app", "bucketsearch.index")
 #: direct-addressed tables (16), one-word codes (64), multi-word codes (130)
 DRIVE_BITS = (16, 64, 130)
 OCTET = "application/octet-stream"
@@ -48,7 +49,7 @@ def compiled_signatures() -> dict[str, set[str]]:
 
     out = {}
     for modname, module in list(sys.modules.items()):
-        if modname.split(".")[0] not in MODULE_ROOTS:
+        if not modname.startswith(MODULE_ROOTS):
             continue
         for obj in list(vars(module).values()):
             if isinstance(obj, Dispatcher) and obj.py_func.__module__ == modname:
@@ -217,7 +218,8 @@ def test_no_request_compiles_a_kernel_after_ready_with_mmap(tmp_path):
 def test_the_check_sees_what_a_start_without_warm_up_compiles(tmp_path):
     """The check has teeth: with the warm-up off, the first requests compile the kernels."""
     result = run_check(tmp_path / "data", "--no-warmup", "--quick")
-    assert {"bucketsearch.app.encode._csr_json", "bucketsearch.index.probe._probe_kernel", "bucketsearch.index.scan._scan_kernel",
+    assert {"bucketsearch.app.encode._csr_json", "bucketsearch.index.probe._probe_kernel",
+            "bucketsearch.index.scan._scan_kernel",
             "bucketsearch.index.table._fill_hash"} <= set(result["new"])
 
 

@@ -101,7 +101,8 @@ def parse_raw_items(body: bytes, bits: int, first_id: int | None):
 
 
 def validate_json_body(model, body: bytes):
-    """``model`` from a JSON body; errors are FastAPI's 422 with ``loc`` under "body"."""
+    """``model`` from a JSON body; errors are a RequestValidationError (400, one error shape:
+    app/errors.py) with ``loc`` under "body"."""
     try:
         return model.model_validate_json(body or b"null")
     except ValidationError as exc:

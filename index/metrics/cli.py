@@ -23,6 +23,26 @@ EPILOG = """examples:
 codes: .npy arrays of shape (n, Q) with values in {0,1} or {-1,+1}; labels: 1-D class ids or
 2-D multi-hot {0,1} rows. Conventions (defaults): empty Hamming ball precision 0, radius
 inclusive (d <= r), AP denominator all-relevant, queries with no relevant item kept as 0.
+
+RAMAP (radius-aware mean average precision; Jiang, Li & Li, "On the Evaluation Metric for
+Hashing", arXiv:1905.10951), as index/metrics/ramap.py computes it:
+  RAAP(q, R) = 1/(R+1) * sum_{r=0..R} P(q, r) / c(r),   RAMAP@R = mean over queries of RAAP(q, R)
+  P(q, r) = precision of the Hamming ball d <= r (empty ball: 0); c(r) = sum_{i=0..r} C(Q, i),
+  the modeled cost t0 * sum C(Q, i) of probing the ball in units of t0 (so c(0) = 1).
+  --measured-cost replaces c(r) with T(r) / T(0), T(r) the measured time to search the ball.
+mLGAP, as index/metrics/lgap.py computes it:
+  LGAP(q, r) = 1/(r+1) * sum_{k=0..r} P(q, k) * phi(S_k),   mLGAP@r = mean over queries
+  phi(S_k) = A / B: A = items in the ball S_k, B = (largest number of items on one code in S_k)
+  x (number of distinct OCCUPIED codes in S_k); phi = 1 for an empty ball.
+  Note: the seed paper (issue 12: "mean Local Group Average Precision") divides by all the
+  codes of the ball, sum_{i<=k} C(Q, i), not the occupied ones; this code does not (yet), so
+  it gives no penalty when every item in the ball shares one code.
+Which radius to report: RAMAP@R and mLGAP@R average over radii 0..R, so a value means nothing
+without its R (and Q). The RAMAP paper lists RAMAP@R at several radii side by side (R = 0, 1,
+2, ... at Q = 8; `bucketsearch reproduce` prints its tables the same way), not one number. We
+recommend the same: the row for every R up to the radius your search really uses (this
+command's table, or radius.* in the JSON), with R = 2, the usual hash-lookup radius, as the
+headline when one number is needed; say whether the cost was modeled or measured.
 """
 
 
@@ -42,8 +62,11 @@ def add_arguments(parser) -> None:
                    help="epsilon-ball radius (default: mean distance to the 50th NN of 100 "
                         "sampled db points)")
     g.add_argument("--measured-cost", metavar="T.npy|T.json",
-                   help="measured time to search the ball of radius r, r = 0..R (adds "
-                        "radius.ramap_measured)")
+                   help="measured cost per radius for RAMAP (adds radius.ramap_measured): a "
+                        ".npy/JSON list of the times to search the ball of radius r, r = 0..R; "
+                        "the server's GET /v1/indexes/{name}/cost-model JSON; or the load-test "
+                        "JSON (bucketsearch-loadtest --json). Only radii 0..--radius-max are "
+                        "needed")
     m = parser.add_argument_group("metrics")
     m.add_argument("--radius-max", type=int, default=None,
                    help="largest radius reported (default min(Q, 10))")
@@ -107,6 +130,84 @@ def _load_codes(path: str, what: str) -> np.ndarray:
     if not 1 <= arr.shape[1] <= 256:
         raise ValueError(f"{what} {path}: Q = {arr.shape[1]} bits, allowed 1..256")
     return arr
+
+
+def _positive(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value == float("inf"):
+        raise ValueError(f"--measured-cost: {what} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def _by_radius(rows, what: str, radius_max: int, value) -> list[float]:
+    """``value(row)`` for radius 0..radius_max out of ``rows`` (each with a ``radius``)."""
+    found = {}
+    for row in rows:
+        if isinstance(row, dict) and isinstance(row.get("radius"), int):
+            v = value(row)
+            if v is not None:
+                found.setdefault(row["radius"], v)
+    missing = [r for r in range(radius_max + 1) if r not in found]
+    if missing:
+        have = sorted(found)
+        usable = next((r - 1 for r in range(radius_max + 2) if r not in found), -1)
+        hint = f"; pass --radius-max {usable}" if usable >= 0 else ""
+        raise ValueError(f"--measured-cost: the {what} has no measured value for radius "
+                         f"{', '.join(map(str, missing))} (it has radii {have or 'none'}); "
+                         f"measure those radii{hint}")
+    return [_positive(found[r], f"the {what}'s value for radius {r}")
+            for r in range(radius_max + 1)]
+
+
+def load_measured_cost(path: str, radius_max: int) -> tuple[list[float], str]:
+    """``T(0..radius_max)``, the time to search the Hamming ball of radius r, and what it is.
+
+    Three formats:
+
+    * a ``.npy`` array or a JSON list: ``T(r)`` for r = 0, 1, ... as given (at least
+      ``radius_max + 1`` values);
+    * the server's ``GET /v1/indexes/{name}/cost-model`` JSON: per radius the p50 over queries
+      of the in-kernel lookup time of that radius's ring, ``radii[r].measured.p50_ns``, summed
+      over rings 0..r (a sum of medians, not the median of the sums);
+    * the load-test JSON (``bucketsearch-loadtest --json``): ``per_radius[].server_lookup_ns
+      .p50``, the p50 of the server's lookup time of radius-R searches, already summed over
+      rings 0..R in each query.
+    """
+    if path.endswith(".json"):
+        try:
+            doc = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"--measured-cost: no such file: {path}") from None
+        except (ValueError, OSError) as exc:
+            raise ValueError(f"--measured-cost: cannot read {path}: {exc}") from None
+    else:
+        doc = _load(path, "--measured-cost")
+        if doc.ndim != 1:
+            raise ValueError(f"--measured-cost {path}: expected a 1-D array of times per "
+                             f"radius, got shape {doc.shape}")
+        doc = doc.tolist()
+    if isinstance(doc, list):
+        if len(doc) < radius_max + 1:
+            raise ValueError(f"--measured-cost {path}: {len(doc)} values, but radii "
+                             f"0..{radius_max} need {radius_max + 1} (or pass --radius-max "
+                             f"{len(doc) - 1})" if doc else
+                             f"--measured-cost {path}: no values")
+        values = [_positive(doc[r], f"value {r} (radius {r})") for r in range(radius_max + 1)]
+        return values, f"the times per radius given in {path}"
+    if isinstance(doc, dict) and isinstance(doc.get("radii"), list):
+        rings = _by_radius(doc["radii"], "server's cost-model", radius_max,
+                           lambda row: (row.get("measured") or {}).get("p50_ns"))
+        values = np.cumsum(rings).tolist()
+        name = doc.get("index")
+        return values, ("measured p50 lookup ns per radius from the server's cost-model"
+                        f"{f' of index {name!r}' if name else ''}, summed over radii 0..r")
+    if isinstance(doc, dict) and isinstance(doc.get("per_radius"), list):
+        values = _by_radius(doc["per_radius"], "load-test report", radius_max,
+                            lambda row: (row.get("server_lookup_ns") or {}).get("p50"))
+        return values, ("measured p50 server lookup ns of radius-R searches from the load-test "
+                        "report (summed over rings 0..R in each query)")
+    raise ValueError(f"--measured-cost {path}: not a list of times per radius, a server "
+                     "cost-model (a 'radii' list) or a load-test report (a 'per_radius' list)")
 
 
 def _relevance(args, nq: int, nb: int):
@@ -174,6 +275,12 @@ def format_report(res: dict) -> str:
                      f"{_fmt(r['recall_micro'][i])}    {_fmt(r['f1_macro'][i])}  "
                      f"{_fmt(r['ramap'][i])}  {_fmt(r['mlgap'][i])}  "
                      f"{r['empty_ball_queries'][i]:5d}  {r['probes'][i]}")
+    if "ramap_measured" in r:
+        lines.append("")
+        lines.append("RAMAP@R with measured cost c(r) = T(r)/T(0), T = "
+                     f"{res.get('measured_cost', {}).get('source', 'given times')}:")
+        lines.append("  " + "  ".join(f"R{radius} {_fmt(v).strip()}"
+                                      for radius, v in zip(r["R"], r["ramap_measured"])))
     k = res["ranking"]
     lines.append("")
     lines.append("      k  MAP_tie  MAP_best MAP_worst MAP_ranked  P_tie   R_tie  NDCG_tie")
@@ -239,7 +346,7 @@ def plot(res: dict, path: str) -> None:
 
 
 def run(args) -> int:
-    from bucketsearch.index.metrics import evaluate
+    from bucketsearch.index.metrics import DEFAULT_RADIUS_MAX, evaluate
 
     ks = _parse_ks(args.k)
     xb = _load_codes(args.db_codes, "--db-codes")
@@ -256,15 +363,19 @@ def run(args) -> int:
                        ap_denominator=args.ap_denominator,
                        radius_inclusive=not args.radius_exclusive, beta=args.beta,
                        auprc_anchor=args.auprc_anchor)
-    measured = None
+    radius_max = args.radius_max if args.radius_max is not None else min(bits,
+                                                                         DEFAULT_RADIUS_MAX)
+    measured = source = None
     if args.measured_cost:
-        if args.measured_cost.endswith(".json"):
-            measured = json.loads(Path(args.measured_cost).read_text())
-        else:
-            measured = _load(args.measured_cost, "--measured-cost")
-    res = evaluate(xb, xq, relevance, bits=bits, radius_max=args.radius_max, ks=ks,
+        measured, source = load_measured_cost(args.measured_cost, radius_max)
+        # evaluate() takes costs for radii 0..Q; RAAP(q, R) uses only c(0..R), so the radii
+        # above --radius-max (never reported) get the last measured value as a placeholder.
+        measured = measured + [measured[-1]] * (bits - radius_max)
+    res = evaluate(xb, xq, relevance, bits=bits, radius_max=radius_max, ks=ks,
                    graded=args.graded, conventions=conv, measured_cost=measured,
                    per_query=args.per_query)
+    if measured is not None:
+        res["measured_cost"] = {"source": source, "T": measured[:radius_max + 1]}
     print(format_report(res))
     if args.json:
         Path(args.json).write_text(json.dumps(res, allow_nan=False))

@@ -1,0 +1,84 @@
+"""A uniform sample of an index's live codes (read-only), for load tests to draw queries from."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Query, Request, Response
+
+from bucketsearch.app.deps import EntryDep, ReadAuth
+from bucketsearch.app.schemas import error_responses
+from bucketsearch.index.codes import n_words, to_hex, to_packed
+
+router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
+                   responses=error_responses(400, 401, 403, 404, 503))
+
+#: most codes one sample request returns
+MAX_SAMPLE = 10_000
+
+SAMPLE_LAYOUT = """\
+Up to `n` codes drawn uniformly without replacement from the live items (main index and
+items inserted since the last merge, minus deleted ones), seeded by `seed`. Fewer when the
+index holds fewer items; none for an empty index.
+
+* JSON (default): `{"bits": Q, "size": live items, "ids": [...], "codes": ["hex", ...]}`,
+  hex codes as the search and insert bodies take them.
+* `Accept: application/octet-stream` (first media type listed): the layout of an
+  octet-stream insert body, `m` int64 little-endian ids followed by the `m` packed codes
+  (`B = ceil(bits/8)` bytes each, np.packbits layout); headers `X-Bits`, `X-Count` (m) and
+  `X-Index-Size`."""
+
+
+def sample_live(state, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, words)`` of ``min(n, live)`` live items of ``state``, uniform without
+    replacement (main index minus tombstones, plus the delta)."""
+    main_ids = np.asarray(state.main.ids, dtype=np.int64)
+    if len(state.tombstones) and len(main_ids):
+        main_pos = np.flatnonzero(~np.isin(main_ids, state.tombstones))
+    else:
+        main_pos = np.arange(len(main_ids))
+    n_main, n_delta = len(main_pos), len(state.delta_ids)
+    pick = np.random.default_rng(seed).choice(n_main + n_delta, size=min(n, n_main + n_delta),
+                                              replace=False)
+    from_main, from_delta = main_pos[pick[pick < n_main]], pick[pick >= n_main] - n_main
+    width = n_words(state.bits)
+    parts = [np.empty((0, width), dtype=np.uint64)]
+    if len(from_main):
+        parts.append(np.asarray(state.main.words, dtype=np.uint64).reshape(-1, width)[from_main])
+    if len(from_delta):
+        parts.append(np.asarray(state.delta_words, dtype=np.uint64).reshape(-1, width)[from_delta])
+    ids = np.concatenate([main_ids[from_main],
+                          np.asarray(state.delta_ids, dtype=np.int64)[from_delta]])
+    return ids, np.ascontiguousarray(np.concatenate(parts))
+
+
+@router.get("/{name}/sample", dependencies=[ReadAuth], description=SAMPLE_LAYOUT,
+            responses={200: {"description": "sampled codes (JSON, or binary with Accept: "
+                                            "application/octet-stream)",
+                             "content": {"application/json": {"schema": {
+                                 "type": "object",
+                                 "required": ["bits", "size", "ids", "codes"],
+                                 "properties": {
+                                     "bits": {"type": "integer"}, "size": {"type": "integer"},
+                                     "ids": {"type": "array", "items": {"type": "integer"}},
+                                     "codes": {"type": "array", "items": {"type": "string"}}}}},
+                                 "application/octet-stream": {
+                                     "schema": {"type": "string", "format": "binary"}}}}})
+def sample(entry: EntryDep, request: Request,
+           n: Annotated[int, Query(ge=1, le=MAX_SAMPLE, description="codes wanted "
+                                   f"(1..{MAX_SAMPLE})")] = 100,
+           seed: Annotated[int, Query(ge=0, le=2**63 - 1, description="seed of the draw")] = 0,
+           ) -> Response:
+    """Codes sampled uniformly from the index's live items (for load tests and inspection)."""
+    state = entry.live.state  # read once: one consistent view
+    ids, words = sample_live(state, n, seed)
+    accept = request.headers.get("accept", "")
+    if accept.split(",")[0].split(";")[0].strip().lower() == "application/octet-stream":
+        body = ids.astype("<i8").tobytes() + to_packed(words, entry.bits).tobytes()
+        return Response(body, media_type="application/octet-stream",
+                        headers={"X-Bits": str(entry.bits), "X-Count": str(len(ids)),
+                                 "X-Index-Size": str(state.ntotal)})
+    return Response(orjson.dumps({"bits": entry.bits, "size": state.ntotal,
+                                  "ids": ids.tolist(), "codes": to_hex(words, entry.bits)}),
+                    media_type="application/json")
