@@ -140,7 +140,8 @@ class CostTracker:
         st = type(recent[0]).concat(recent)
         model = fit_extended(st)
         out = model.to_dict()
-        out["source"] = f"bucketsearch.index.costmodel.fit_extended over the last {len(st.radii)} queries"
+        out["source"] = (f"bucketsearch.index.costmodel.fit_extended over the last "
+                         f"{len(st.radii)} queries")
         return out
 
     def snapshot(self) -> dict[int, RadiusRecord]:
@@ -185,7 +186,7 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int,
     main = live.state.main
     st = main.range_search(xq, radius, stats=True)[3]
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time()}
-    if getattr(main, "kind", "") == "hamming":
+    if getattr(main, "kind", "") == "single":
         paper = fit_paper_model(st, live.bits, radius)
         t0 = paper.t0_ns
         info["paper_model"] = {"r2": _finite(paper.r2), "max_rel_error":

@@ -17,8 +17,8 @@ from fastapi.responses import JSONResponse
 
 from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
 from bucketsearch.index.live import DuplicateIdError
-from bucketsearch.index.wal import AppendFailed, LogFailed
 from bucketsearch.index.probe import ProbeLimitError
+from bucketsearch.index.wal import AppendFailed, LogFailed
 
 
 def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:

@@ -98,7 +98,7 @@ class Registry:
 
     def load_all(self) -> None:
         """Open every index folder; a failure is isolated to its index."""
-        for found in catalog.read_folders(self.root):
+        for found in catalog.read_folders(self.root, clean=not self.settings.read_only):
             t = time.perf_counter()
             if self._taken(found.name) is not None:
                 self.unavailable[found.name + f"@{found.folder.name}"] = Unavailable(

@@ -11,7 +11,8 @@ off, both result writers, the t0 calibration and every relevance form of the eva
 ``tests/test_warmup.py`` checks that no request compiles anything after ready.
 
 Each phase is logged with its time on the ``bucketsearch.app`` logger (shown in the uvicorn
-log, see :func:`route_logs`). ``python -m bucketsearch.app.startup --warm [--mmap]`` runs the warm-up alone:
+log, see :func:`route_logs`). ``python -m bucketsearch.app.startup --warm [--mmap]`` runs the
+warm-up alone:
 the Docker build runs it to fill the numba cache (``NUMBA_CACHE_DIR``).
 """
 from __future__ import annotations
@@ -175,7 +176,7 @@ def compiled_signature_count() -> int:
     from numba.core.dispatcher import Dispatcher
     count = 0
     for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("app", "index"):
+        if name.startswith(("bucketsearch.app.", "bucketsearch.index.")):
             count += sum(len(obj.signatures) for obj in list(vars(module).values())
                          if isinstance(obj, Dispatcher) and obj.py_func.__module__ == name)
     return count
@@ -259,8 +260,10 @@ def start_up(app) -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m bucketsearch.app.startup --warm [--mmap]``: fill the numba cache (Docker build step)."""
-    parser = argparse.ArgumentParser(prog="python -m bucketsearch.app.startup", description=main.__doc__)
+    """``python -m bucketsearch.app.startup --warm [--mmap]``: fill the numba cache (the Docker
+    build step)."""
+    parser = argparse.ArgumentParser(prog="python -m bucketsearch.app.startup",
+                                     description=main.__doc__)
     parser.add_argument("--warm", action="store_true", required=True,
                         help="compile every kernel a request can reach (into NUMBA_CACHE_DIR)")
     parser.add_argument("--mmap", action="store_true",

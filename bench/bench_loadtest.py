@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from bucketsearch.loadtest import dataset  # noqa: E402
 from bucketsearch.loadtest.cli import execute, write_outputs  # noqa: E402
-from bucketsearch.loadtest.demo import INDEX, ServerProcess, calibrate, free_port, load_index  # noqa: E402
+from bucketsearch.loadtest.demo import (INDEX, ServerProcess, calibrate, free_port,  # noqa: E402
+                                        load_index)
 from bucketsearch.loadtest.runner import RunConfig  # noqa: E402
 from bucketsearch.loadtest.workload import QueryClass, Workload  # noqa: E402
 

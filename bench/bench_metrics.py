@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numba  # noqa: E402
 
 from bucketsearch.index.metrics import (evaluate, hamming_histograms, radius_metrics,  # noqa: E402
-                           ranking_metrics)
+                                        ranking_metrics)
 from bucketsearch.index.relevance import from_labels  # noqa: E402
 
 

@@ -58,7 +58,8 @@ def start_server(data_dir: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "BUCKETSEARCH_DATA_DIR": str(data_dir),
            "BUCKETSEARCH_MERGE_THRESHOLD": str(10**9), "BUCKETSEARCH_MAX_BATCH": "200000",
            "BUCKETSEARCH_MAX_BODY_BYTES": str(256 << 20)}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bucketsearch.app.main:create_app", "--factory",
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "bucketsearch.app.main:create_app",
+                             "--factory",
                              "--host", "127.0.0.1", "--port", str(port), "--log-level",
                              "warning"], cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -34,7 +34,9 @@ with tempfile.TemporaryDirectory(dir=sys.argv[3]) as d:
     codes = rng.integers(0, 2**63, (300, 1), dtype=np.uint64)
     single = []
     for i in range(300):
-        t = time.perf_counter(); live.add(codes[i:i + 1], [i]); single.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        live.add(codes[i:i + 1], [i])
+        single.append(time.perf_counter() - t)
     dele = []
     for i in range(100):
         t = time.perf_counter(); live.delete([i]); dele.append(time.perf_counter() - t)

@@ -81,13 +81,15 @@ class IndexFolder:
     error: str | None = None
 
 
-def read_folders(root: Path) -> list[IndexFolder]:
-    """Every index folder under ``root`` (hidden temporary and deleted folders are skipped and
-    removed: they are an unfinished create or delete)."""
+def read_folders(root: Path, clean: bool = True) -> list[IndexFolder]:
+    """Every index folder under ``root``. Hidden folders (an unfinished create or delete) are
+    skipped, and removed when ``clean`` (the writing process only: a read-only process must
+    not remove a folder the writer is still creating)."""
     found = []
     for folder in sorted(root.iterdir()):
         if folder.name.startswith("."):
-            shutil.rmtree(folder, ignore_errors=True)
+            if clean:
+                shutil.rmtree(folder, ignore_errors=True)
             continue
         if not folder.is_dir():
             continue

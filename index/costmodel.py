@@ -256,8 +256,8 @@ def fit_extended(stats, terms: tuple[str, ...] | None = None, nonnegative: bool 
 
 # --------------------------------------------------------------------------- report
 def _mode_name(index) -> str:
-    return {"hamming": "single", "mih": "mih", "scan": "scan", "auto": "auto"}.get(
-        getattr(index, "kind", ""), type(index).__name__)
+    kind = getattr(index, "kind", "")
+    return kind if kind in ("single", "mih", "scan", "auto") else type(index).__name__
 
 
 def cost_report(index, queries, max_radius: int, paper: PaperModel | None = None,

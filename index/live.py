@@ -45,8 +45,8 @@ from bucketsearch.index.codes import as_words, check_bits, n_words
 from bucketsearch.index.factory import check_served_mode, load_index, make_index
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail, list_segments,
-                       record, salvage, scan_segment)
+from bucketsearch.index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail,
+                                    list_segments, record, salvage, scan_segment)
 
 log = logging.getLogger(__name__)
 
@@ -392,8 +392,9 @@ class LiveIndex:
 
     ``repair=True`` (``bucketsearch repair``) opens a damaged index by salvaging every intact
     WAL record (``recovery.lost`` lists the byte ranges skipped) and letting an add of a live
-    id replace it (a salvaged log may have lost the delete before it). ``failed`` is the reason the index refuses writes after a storage fault it could not undo
-    (fail-stop), else None; ``recovery`` says what opening it found."""
+    id replace it (a salvaged log may have lost the delete before it). ``failed`` is the
+    reason the index refuses writes after a storage fault it could not undo (fail-stop), else
+    None; ``recovery`` says what opening it found."""
 
     def __init__(self, directory: str | os.PathLike, bits: int, mode: str = "single",
                  substrings: int | None = None, *, max_probes: int = 10_000_000,

@@ -46,10 +46,10 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
+                                     SearchStats, check_max_results, raise_if_over, run_chunked)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
-from bucketsearch.index.probe import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                         SearchStats, _grow, _probe_radius_word, check_max_results,
-                         raise_if_over, run_chunked)
+from bucketsearch.index.probe import _grow, _probe_radius_word
 from bucketsearch.index.scan import _distance
 from bucketsearch.index.table import BucketTable, _sort_order
 

@@ -41,11 +41,12 @@ import time
 import numpy as np
 
 from bucketsearch.index._jit import njit, popcount64
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError,
+                                     check_max_results)
 from bucketsearch.index.codes import check_bits
 from bucketsearch.index.costmodel import ExtendedModel, fit_extended, fit_paper_model
 from bucketsearch.index.mih import MultiIndex
-from bucketsearch.index.probe import (DEFAULT_MAX_PROBES, HammingIndex, IndexBase, ProbeLimitError,
-                         check_max_results)
+from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index.table import BucketTable
 

@@ -50,7 +50,8 @@ def compute(bits: int = 8, radius_max: int = 4, seed: int = 0, n_db: int = 59_00
             n_queries: int = 1_000) -> dict:
     """MAP, precision, recall and RAMAP by radius for each strategy, and the claim checks."""
     from bucketsearch.index.datasets import synthetic_cifar
-    from bucketsearch.index.metrics import hamming_histograms, radius_metrics, ramap, ranking_metrics
+    from bucketsearch.index.metrics import (hamming_histograms, radius_metrics, ramap,
+                                            ranking_metrics)
     from bucketsearch.index.relevance import from_labels
 
     data = synthetic_cifar(seed=seed, n_db=n_db, n_queries=n_queries)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
+from bucketsearch.index.base import (IndexBase, SearchStats, check_max_results, raise_if_over,
+                                     run_chunked)
 from bucketsearch.index.codes import word_widths
-from bucketsearch.index.probe import IndexBase, SearchStats, check_max_results, raise_if_over, run_chunked
 
 
 @njit(inline="always")

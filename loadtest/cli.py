@@ -1,4 +1,4 @@
-"""``bucketsearch-loadtest`` (also ``python -m bucketsearch.loadtest``): drive a bucketsearch server.
+"""``bucketsearch-loadtest`` (also ``python -m bucketsearch.loadtest``): drive a server.
 
 Sends a seeded mix of radius and k-NN searches to ``POST /v1/indexes/{index}/search`` in an open
 loop (scheduled arrivals, latency corrected for coordinated omission) or a closed loop (fixed
@@ -20,10 +20,10 @@ from bucketsearch import __version__
 from bucketsearch.index.codes import as_words, n_bytes, n_words, pack_hex, to_packed
 from bucketsearch.loadtest import dataset
 from bucketsearch.loadtest.report import build_report, plot_report, print_report
-from bucketsearch.loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig, ServerError,
-                             check_server, config_dict, empty_bucket_warning,
-                             get_cost_model, get_index, get_sample, run,
-                             saturation_warnings)
+from bucketsearch.loadtest.runner import (ARRIVALS, LOOPS, MODES, TRANSPORTS, RunConfig,
+                                          ServerError, check_server, config_dict,
+                                          empty_bucket_warning, get_cost_model, get_index,
+                                          get_sample, run, saturation_warnings)
 from bucketsearch.loadtest.stats import LoadStats
 from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii
 

@@ -37,16 +37,16 @@ import numpy as np
 
 from bucketsearch.loadtest import dataset
 from bucketsearch.loadtest.cli import (_nonneg_int, _positive_float, _positive_int, execute,
-                          write_outputs)
+                                       write_outputs)
 from bucketsearch.loadtest.report import print_report
 from bucketsearch.loadtest.runner import RunConfig
 from bucketsearch.loadtest.workload import QueryClass, Workload
 
 HELP = "load-test a local server on the embedded data set: measured vs modeled cost per radius"
 EPILOG = """examples:
-  python -m bucketsearch.loadtest.demo                         # the full demo (1M codes, radii 0..3)
-  python -m bucketsearch.loadtest.demo --n 100000 --duration 4 # a quicker run
-  python -m bucketsearch.loadtest.demo --out out/demo --rate 300 --keep-data  # a fixed open-loop rate
+  bucketsearch demo                             # the full demo (1M codes, radii 0..3)
+  bucketsearch demo --n 100000 --duration 4     # a quicker run
+  bucketsearch demo --out out/demo --rate 300 --keep-data  # a fixed open-loop rate
 """
 INDEX = "demo"
 READY_TIMEOUT_S = 180.0

@@ -351,7 +351,7 @@ def _child(cfg, workload, start_ns, proc, array, queue):
 
 def _progress_loop(cfg, counts, start_ns, stop):
     """Show a rich progress bar over the run's time budget until ``stop()`` is true."""
-    from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     total_s = cfg.warmup + cfg.duration
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bucketsearch.index.codes import (as_words, pack_bits, pack_bytes, pack_hex, pack_ints, to_hex, to_ints, to_packed,
-                         unpack_words)
+from bucketsearch.index.codes import (as_words, pack_bits, pack_bytes, pack_hex, pack_ints, to_hex,
+                                      to_ints, to_packed, unpack_words)
 
 BITS = [1, 7, 8, 13, 31, 32, 63, 64, 65, 100, 128, 256]
 

@@ -1,10 +1,10 @@
 """Coding strategies: the invariants the RAMAP argument rests on."""
 from __future__ import annotations
 
+import naive_metrics as nv
 import numpy as np
 import pytest
 
-import naive_metrics as nv
 from bucketsearch.index.coding import different_extension, itq, lsh_codes, same_extension
 from bucketsearch.index.datasets import digits, load, synthetic_cifar
 

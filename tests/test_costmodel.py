@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from bucketsearch.index.costmodel import (ExtendedModel, PaperModel, cost_report, fit_extended,
-                             fit_paper_model, fit_t0, microbenchmark_t0, paper_probes,
-                             plot_reports, print_report, probe_microbenchmark, r_squared,
-                             relative_errors)
+                                          fit_paper_model, fit_t0, microbenchmark_t0, paper_probes,
+                                          plot_reports, print_report, probe_microbenchmark,
+                                          r_squared, relative_errors)
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex, SearchStats
 from bucketsearch.index.scan import LinearScan

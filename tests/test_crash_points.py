@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
+                           corrupt_newest_snapshot, plant_torn_tail, resolve, snapshots)
 
 from bucketsearch.index import fsio, wal
 from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
 from bucketsearch.index.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.wal import CorruptLogError
-from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
-                           corrupt_newest_snapshot, plant_torn_tail, resolve, snapshots)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from bucketsearch.app.guard import AccessPolicy, OPEN
+from bucketsearch.app.guard import OPEN, AccessPolicy
 from bucketsearch.app.main import DOCS_ASSETS_URL, access_policy, create_app
 from bucketsearch.app.metrics import LOOKUP_OCTAVES
 from bucketsearch.app.openapi import SCHEME

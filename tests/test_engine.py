@@ -3,7 +3,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.probe import HammingIndex, ProbeLimitError

@@ -37,16 +37,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
+                           corrupt_newest_snapshot, differences, plant_torn_tail, queries, resolve,
+                           snapshots)
 
 from bucketsearch.index import fsio
-from bucketsearch.index.fsio import FaultPlan
 from bucketsearch.index.factory import load_index
+from bucketsearch.index.fsio import FaultPlan
 from bucketsearch.index.live import LiveIndex
 from bucketsearch.index.store import load_arrays, save_arrays
 from bucketsearch.index.wal import LogFailed
-from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
-                           corrupt_newest_snapshot, differences, plant_torn_tail, queries,
-                           resolve, snapshots)
 
 
 @dataclass(frozen=True)

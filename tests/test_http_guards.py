@@ -19,13 +19,14 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from conftest import ROOT, ServerProcess
 from fastapi.testclient import TestClient
 
 from bucketsearch.app.guard import AccessPolicy, Guard, flat_routes
 from bucketsearch.app.main import create_app
 from bucketsearch.app.redact import redact
-from bucketsearch.app.settings import Settings, known_env_vars, unknown_env_vars, unknown_env_warning
-from conftest import ROOT, ServerProcess
+from bucketsearch.app.settings import (Settings, known_env_vars, unknown_env_vars,
+                                       unknown_env_warning)
 
 LIMIT = 4096
 CODE8 = "00" * 8

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import threading
 
+import naive
 import numpy as np
 import pytest
 
-import naive
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.factory import check_served_mode
 from bucketsearch.index.live import DuplicateIdError, LiveIndex

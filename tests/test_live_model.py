@@ -36,15 +36,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, settings
-from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from storage_model import Model, assert_matches, clustered_pool, resolve
 
 from bucketsearch.index import fsio
 from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
 from bucketsearch.index.live import DuplicateIdError, LiveIndex
 from bucketsearch.index.wal import AppendFailed, LogFailed
-from storage_model import Model, assert_matches, clustered_pool, resolve
 
 ID_SPACE = 10  # small: conflicts, deletes of present ids and re-inserts happen often
 POOL = 24

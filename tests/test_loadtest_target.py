@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import ServerProcess
 from fastapi.testclient import TestClient
 
 from bucketsearch.app.main import create_app
@@ -23,7 +24,6 @@ from bucketsearch.app.settings import Settings
 from bucketsearch.index.codes import pack_bits, to_hex, to_packed, unpack_words
 from bucketsearch.loadtest.cli import load_codes, main
 from bucketsearch.loadtest.workload import QueryClass, make_queries
-from conftest import ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 BITS = 64

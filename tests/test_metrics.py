@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import math
 
+import naive_metrics as nv
 import numpy as np
 import pytest
 
-import naive_metrics as nv
 from bucketsearch.index.metrics import (Conventions, auprc, evaluate, hamming_histograms, mlgap,
-                           modeled_costs, raap_from_precision, radius_metrics, ramap,
-                           ranking_metrics)
+                                        modeled_costs, raap_from_precision, radius_metrics, ramap,
+                                        ranking_metrics)
 from bucketsearch.index.metrics.ramap import ball_probes
-from bucketsearch.index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
+from bucketsearch.index.metrics.space import (code_utilization, empty_ball_queries,
+                                              mean_empty_buckets)
 from bucketsearch.index.relevance import dense, from_graded_matrix, from_labels
 
 

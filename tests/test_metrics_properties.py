@@ -2,13 +2,14 @@
 brute-force average over every ordering inside the ties (tiny inputs)."""
 from __future__ import annotations
 
+import naive_metrics as nv
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import naive_metrics as nv
-from bucketsearch.index.metrics import Conventions, hamming_histograms, mlgap, radius_metrics, ranking_metrics
+from bucketsearch.index.metrics import (Conventions, hamming_histograms, mlgap, radius_metrics,
+                                        ranking_metrics)
 from bucketsearch.index.relevance import dense, from_labels
 
 SETTINGS = settings(max_examples=60, deadline=None)

@@ -3,11 +3,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bucketsearch.index.codes import pack_bits, unpack_words
-from bucketsearch.index.mih import (MIHProbeLimitError, MultiIndex, default_substrings, min_substrings,
-                       step_probe_counts, substring_ranges)
+from bucketsearch.index.mih import (MIHProbeLimitError, MultiIndex, default_substrings,
+                                    min_substrings, step_probe_counts, substring_ranges)
 from bucketsearch.index.probe import ProbeLimitError
 from bucketsearch.index.scan import LinearScan
 from tests import naive

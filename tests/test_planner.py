@@ -1,9 +1,10 @@
 """The planner (mode "auto"): exact whatever it chooses, never an over-limit single table."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.factory import make_index
+from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import PLAN_MODES, AutoIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 
+import naive
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import naive
 from bucketsearch.index.codes import pack_bits, to_hex, to_packed
 from bucketsearch.index.live import with_probe_limit
 from bucketsearch.index.mih import MultiIndex

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
+import naive
 import numpy as np
 import pytest
-
-import naive
 from conftest import ServerProcess
+
 from bucketsearch.index.codes import pack_bits, to_hex
 
 BITS = 64
@@ -395,6 +395,7 @@ def test_read_only_mmap_server_shares_a_data_dir(bucketsearch_server_factory, tm
 def test_cli_serve_help():
     import subprocess
     import sys
+
     from conftest import ROOT
     out = subprocess.run([sys.executable, "-m", "bucketsearch", "serve", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
+import naive
 import numpy as np
 
-import naive
 from bucketsearch.index.codes import pack_bits, to_hex
 
 BITS = 32

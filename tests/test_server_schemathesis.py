@@ -19,10 +19,9 @@ import os
 
 import pytest
 import schemathesis
+from conftest import ServerProcess
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-
-from conftest import ServerProcess
 
 MAX_EXAMPLES = int(os.environ.get("BUCKETSEARCH_ST_EXAMPLES", "20"))  # more: a longer hunt
 KEY = "st-key"

@@ -1,48 +1,17 @@
-"""Evaluation of query codes against the index's items with the metrics toolkit."""
+"""Evaluation of query codes against the index's items with the metrics toolkit (the work is
+in app/evaluation.py)."""
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, HTTPException
 
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
-from bucketsearch.app.routers.indexes import parse_hex
+from bucketsearch.app.evaluation import evaluate_entry
 from bucketsearch.app.schemas import EvaluateIn, error_responses
-from bucketsearch.index.probe import ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
                    responses=error_responses(400, 401, 403, 404, 413, 503))
-
-
-def live_items(state) -> tuple[np.ndarray, np.ndarray]:
-    """Every live (id, words) of a state, ordered by id."""
-    ids, words = [], []
-    if state.main.ntotal:
-        mi = np.asarray(state.main.ids, dtype=np.int64)
-        keep = ~np.isin(mi, state.tombstones)
-        ids.append(mi[keep])
-        words.append(np.asarray(state.main.words)[keep])
-    ids.append(state.delta_ids)
-    words.append(state.delta_words)
-    ids, words = np.concatenate(ids), np.concatenate(words)
-    order = np.argsort(ids, kind="stable")
-    return ids[order], words[order]
-
-
-def check_pairs(nq: int, n_db: int, settings) -> None:
-    """The evaluate limit: ``nq x n_db`` distances at most ``max_evaluate_pairs``."""
-    if nq * n_db > settings.max_evaluate_pairs:
-        raise ValueError(f"codes: {nq} queries x {n_db} database items = "
-                         f"{nq * n_db:,} distances, more than max_evaluate_pairs="
-                         f"{settings.max_evaluate_pairs:,}; evaluate fewer queries per request")
-
-
-def max_guarded_radius(main, cap: int) -> int:
-    r = 0
-    while r < cap and main.probe_count(r + 1) <= main.max_probes:
-        r += 1
-    return r
 
 
 @router.post("/{name}/evaluate", response_model=dict[str, Any], dependencies=[ReadAuth])
@@ -54,106 +23,7 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
 
     Relevance: ``query_labels`` + ``db_ids`` + ``db_labels``, or ``relevant_ids`` per query.
     """
-    from bucketsearch.index import relevance as rel
-    from bucketsearch.index.metrics import Conventions
-    from bucketsearch.index.metrics import evaluate as run_evaluate
-
     nq = len(body.codes)
     if nq > settings.max_batch:
         raise HTTPException(413, f"codes: {nq} queries exceed max_batch={settings.max_batch}")
-    if body.radius_max is not None and body.radius_max > entry.bits:
-        raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {body.radius_max}")
-    state = entry.live.state
-    # the limit before the work: the database's size is known without gathering its items
-    n_db = len(body.db_ids) if body.db_ids is not None else state.ntotal
-    check_pairs(nq, n_db, settings)
-    xq = parse_hex(body.codes, entry.bits)
-    all_ids, all_words = live_items(state)
-    if body.db_ids is not None:
-        db_ids = np.asarray(body.db_ids, dtype=np.int64)
-        pos = np.searchsorted(all_ids, db_ids)
-        ok = (pos < len(all_ids)) & (all_ids[np.minimum(pos, len(all_ids) - 1)] == db_ids) \
-            if len(all_ids) else np.zeros(len(db_ids), bool)
-        if not ok.all():
-            raise ValueError(f"db_ids: id {int(db_ids[~ok][0])} is not in index {entry.name!r}")
-        if len(np.unique(db_ids)) != len(db_ids):
-            raise ValueError("db_ids: ids must be unique")
-        db_words = all_words[pos]
-    else:
-        db_ids, db_words = all_ids, all_words
-    if len(db_ids) == 0:
-        raise ValueError("db_ids: the evaluation database is empty (the index has no items)")
-    check_pairs(nq, len(db_ids), settings)  # the same count (a state swap could change it)
-    if body.relevant_ids is not None:
-        if body.query_labels is not None or body.db_labels is not None:
-            raise ValueError("relevant_ids: give either relevant_ids or query_labels + "
-                             "db_labels, not both")
-        if len(body.relevant_ids) != nq:
-            raise ValueError(f"relevant_ids: {len(body.relevant_ids)} lists for {nq} queries")
-        pairs = []
-        row_of = {int(i): j for j, i in enumerate(db_ids.tolist())}
-        for q, ids in enumerate(body.relevant_ids):
-            missing = [i for i in ids if i not in row_of]
-            if missing:
-                raise ValueError(f"relevant_ids[{q}]: id {missing[0]} is not in the database")
-            pairs.extend((q, row_of[i]) for i in ids)
-        relevance = rel.from_pairs(np.array(pairs, dtype=np.int64).reshape(-1, 2), nq,
-                                   len(db_ids))
-    else:
-        if body.query_labels is None or body.db_labels is None or body.db_ids is None:
-            raise ValueError("query_labels: labels need query_labels, db_ids and db_labels "
-                             "(or give relevant_ids instead)")
-        if len(body.query_labels) != nq:
-            raise ValueError(f"query_labels: {len(body.query_labels)} labels for {nq} queries")
-        if len(body.db_labels) != len(db_ids):
-            raise ValueError(f"db_labels: {len(body.db_labels)} labels for "
-                             f"{len(db_ids)} db_ids")
-        relevance = rel.from_labels(np.asarray(body.query_labels),
-                                    np.asarray(body.db_labels))
-    # RAMAP's measured cost is that of bucket probing radius by radius: the planner's
-    # single table is timed (its plan could be a scan, which has no per-radius time)
-    main = getattr(state.main, "single", state.main)
-    radius_max = body.radius_max
-    if radius_max is None:
-        radius_max = max_guarded_radius(main, min(entry.bits, 10))
-    measured = None
-    measured_info = None
-    per_query = main.probe_count(radius_max)
-    n_measure = min(body.measure_queries, settings.max_request_probes // max(per_query, 1))
-    st = None
-    over_results = None
-    if n_measure and per_query <= main.max_probes:
-        sample = xq[:n_measure]
-        try:
-            st = main.range_search(sample, radius_max, stats=True,
-                                   max_results=settings.max_results)[3]
-        except ResultLimitError as exc:
-            over_results = exc.reached
-    if st is not None:
-        entry.cost.observe(st)
-        per_radius = st.lookup_ns[:, :radius_max + 1].mean(axis=0)
-        per_radius = np.maximum(per_radius, 1.0)  # a clock tick below 1 ns reads as 0
-        measured = np.cumsum(per_radius)
-        # RAMAP's kernel wants a cost for every radius 0..Q; radii above radius_max are not
-        # reported, so they get the last measured value (it does not enter any reported number)
-        measured = np.concatenate([measured, np.full(entry.bits - radius_max,
-                                                     measured[-1])])
-        measured_info = {"queries": int(len(sample)), "lookup_ns_per_radius":
-                         per_radius.tolist(), "cumulative_ns": measured[:radius_max + 1].tolist()}
-    conv = Conventions(**body.conventions.model_dump())
-    result = run_evaluate(db_words, xq, relevance, bits=entry.bits, radius_max=radius_max,
-                          ks=tuple(body.ks), graded=body.graded, conventions=conv,
-                          measured_cost=measured)
-    result["measured_cost"] = measured_info
-    if over_results is not None:
-        result["measured_cost_note"] = (
-            f"not measured: the timed radius-{radius_max} search of {n_measure} queries returns "
-            f"at least {over_results:,} ids, more than max_results={settings.max_results}; "
-            "use a smaller radius_max or measure_queries")
-    elif measured_info is None:
-        result["measured_cost_note"] = (
-            f"not measured: radius_max={radius_max} probes {main.probe_count(radius_max):,} "
-            f"buckets per query, above the probe guard {main.max_probes:,} or the request budget "
-            f"max_request_probes={settings.max_request_probes:,}"
-            if body.measure_queries else "not measured: measure_queries=0")
-    return result
+    return evaluate_entry(entry, settings, body)

@@ -4,15 +4,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, HTTPException, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from fastapi import APIRouter, Query, Request, Response
 
-from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep, SettingsDep,
-                      WriteAuth)
+from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
+                                   SettingsDep, WriteAuth)
+from bucketsearch.app.parsing import check_batch, content_type, parse_items
 from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
-                         WriteOut, error_responses, json_or_octet_body)
-from bucketsearch.index.codes import n_bytes, pack_bytes, pack_hex
+                                      WriteOut, error_responses, json_or_octet_body)
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
@@ -63,62 +61,6 @@ def delete_index(name: IndexName, registry: RegistryDep) -> Response:
     return Response(status_code=204)
 
 
-def check_batch(n: int, settings, field: str) -> None:
-    if n > settings.max_batch:
-        raise HTTPException(413, f"{field}: batch of {n} exceeds the limit max_batch="
-                                 f"{settings.max_batch} (BUCKETSEARCH_MAX_BATCH)")
-
-
-def parse_raw_items(body: bytes, bits: int, first_id: int | None):
-    """Decode an octet-stream insert body (see RAW_LAYOUT) into ``(ids, words)``."""
-    nb = n_bytes(bits)
-    if first_id is None:
-        record = 8 + nb
-        if len(body) % record:
-            raise ValueError(f"body: {len(body)} bytes is not a multiple of 8 + {nb} (an int64 "
-                             f"id and a packed {bits}-bit code per item); to send codes only, "
-                             "pass ?first_id=")
-        n = len(body) // record
-        ids = np.frombuffer(body, dtype="<i8", count=n).astype(np.int64)
-        packed = np.frombuffer(body, dtype=np.uint8, offset=8 * n).reshape(n, nb)
-        if n and ids.min() < 0:
-            raise ValueError(f"body: id {int(ids[ids < 0][0])} is negative (ids must be in "
-                             f"[0, {MAX_ID}])")
-    else:
-        if len(body) % nb:
-            raise ValueError(f"body: {len(body)} bytes is not a multiple of {nb} (one packed "
-                             f"{bits}-bit code per item)")
-        n = len(body) // nb
-        if first_id + n - 1 > MAX_ID:
-            raise ValueError(f"first_id: {first_id} + {n} codes overflows int64")
-        ids = np.arange(first_id, first_id + n, dtype=np.int64)
-        packed = np.frombuffer(body, dtype=np.uint8).reshape(n, nb)
-    try:
-        words = pack_bytes(packed, bits)
-    except ValueError as exc:
-        raise ValueError(f"body: {exc}") from None
-    return ids, words
-
-
-def validate_json_body(model, body: bytes):
-    """``model`` from a JSON body; errors are a RequestValidationError (400, one error shape:
-    app/errors.py) with ``loc`` under "body"."""
-    try:
-        return model.model_validate_json(body or b"null")
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_context=False)
-        for err in errors:
-            err["loc"] = ("body", *err["loc"])
-        raise RequestValidationError(errors, body=None) from None
-
-
-def parse_hex(codes: list[str], bits: int, field: str = "codes") -> np.ndarray:
-    try:
-        return pack_hex(codes, bits)
-    except ValueError as exc:
-        raise ValueError(f"{field}: {exc}") from None
-
-
 @router.post("/{name}/items", response_model=WriteOut, dependencies=[WriteAuth],
              openapi_extra=ITEMS_BODY, description=RAW_LAYOUT)
 def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
@@ -126,23 +68,7 @@ def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: Sett
                   ge=0, le=MAX_ID, description="octet-stream only: ids are first_id, "
                   "first_id+1, ... and the body holds codes only")] = None) -> dict:
     """Insert a batch of items (JSON or raw packed bytes); acknowledged after the WAL fsync."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype == "application/octet-stream":
-        ids, words = parse_raw_items(body, entry.bits, first_id)
-        check_batch(len(ids), settings, "body")
-    elif ctype in ("application/json", ""):
-        if first_id is not None:
-            raise ValueError("first_id: only allowed with Content-Type application/octet-stream")
-        items = validate_json_body(ItemsIn, body)
-        check_batch(len(items.codes), settings, "codes")
-        if len(items.ids) != len(items.codes):
-            raise ValueError(f"ids: {len(items.ids)} ids for {len(items.codes)} codes "
-                             "(one id per code)")
-        words = parse_hex(items.codes, entry.bits)
-        ids = np.asarray(items.ids, dtype=np.int64)
-    else:
-        raise HTTPException(415, f"Content-Type {ctype!r} is not supported; allowed: "
-                                 "application/json, application/octet-stream")
+    ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id)
     n = entry.live.add(words, ids)
     return {"inserted": n, "size": entry.live.ntotal}
 

@@ -8,6 +8,7 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from bucketsearch.app.deps import EntryDep, ReadAuth
+from bucketsearch.app.parsing import wants_binary
 from bucketsearch.app.schemas import error_responses
 from bucketsearch.index.codes import n_words, to_hex, to_packed
 
@@ -73,8 +74,7 @@ def sample(entry: EntryDep, request: Request,
     """Codes sampled uniformly from the index's live items (for load tests and inspection)."""
     state = entry.live.state  # read once: one consistent view
     ids, words = sample_live(state, n, seed)
-    accept = request.headers.get("accept", "")
-    if accept.split(",")[0].split(";")[0].strip().lower() == "application/octet-stream":
+    if wants_binary(request.headers.get("accept", "")):
         body = ids.astype("<i8").tobytes() + to_packed(words, entry.bits).tobytes()
         return Response(body, media_type="application/octet-stream",
                         headers={"X-Bits": str(entry.bits), "X-Count": str(len(ids)),

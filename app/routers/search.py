@@ -3,8 +3,10 @@
 The search limits, each checked before the work it limits (issue 10), the same for JSON and
 octet-stream bodies:
 
-* ``max_batch`` (413): queries per request, checked while the body is parsed.
-* ``max_k``, and ``nq x k <= max_results`` (k-NN): checked before any search.
+* ``max_batch`` (413): queries per request, checked while the body is parsed
+  (app/parsing.py).
+* ``max_k``, and ``nq x k <= max_results`` (k-NN): checked before any search
+  (``app.parsing.check_knn``, while the body is parsed).
 * ``max_request_probes``: bucket lookups of the whole request, charged with the honest count of
   the engine that runs (``planned_probe_count``: sum C(Q, r) for the single table, substring
   probes for multi-index hashing, the chosen plan's count for the planner). A radius search is
@@ -24,19 +26,17 @@ linear and predictable, where probing grows as C(Q, r).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Annotated
 
-import numpy as np
 import orjson
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
 from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
-from bucketsearch.app.routers.indexes import check_batch, parse_hex, validate_json_body
-from bucketsearch.app.schemas import SearchRequest, SearchResponse, error_responses, json_or_octet_body
-from bucketsearch.index.codes import n_bytes, pack_bytes
+from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
+from bucketsearch.app.schemas import (SearchRequest, SearchResponse, error_responses,
+                                      json_or_octet_body)
 from bucketsearch.index.live import with_probe_limit
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 
@@ -96,64 +96,6 @@ results in binary: `u64 nq | i64 lims[nq+1] | i64 ids[n] | i32 distances[n]`, li
 SEARCH_BODY = json_or_octet_body(SearchRequest)
 
 
-@dataclass(frozen=True)
-class SearchJob:
-    """A parsed search request: packed query words and what to do with them."""
-
-    xq: np.ndarray
-    max_distance: int | None
-    k: int | None
-    stats: bool
-    binary: bool  # answer with app.encode.results_binary instead of JSON
-    parse_s: float  # seconds spent decoding the body
-
-
-def wants_binary(accept: str) -> bool:
-    """True when the first media type of the Accept header is application/octet-stream."""
-    return accept.split(",")[0].split(";")[0].strip().lower() == "application/octet-stream"
-
-
-def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
-                 binary: bool = False) -> SearchJob:
-    """Decode a search body of either Content-Type (see SEARCH_LAYOUT) into a SearchJob."""
-    t = time.perf_counter()
-    if ctype == "application/octet-stream":
-        nb = n_bytes(bits)
-        if not body or len(body) % nb:
-            raise ValueError(f"body: {len(body)} bytes is not a positive multiple of {nb} (one "
-                             f"packed {bits}-bit code per query)")
-        check_batch(len(body) // nb, settings, "body")
-        if (params["max_distance"] is None) == (params["k"] is None):
-            raise ValueError("max_distance: give exactly one of the query parameters "
-                             "max_distance (radius search) or k (k-NN)")
-        if params["k"] is not None:
-            check_knn(len(body) // nb, params["k"], settings)
-        try:
-            xq = pack_bytes(np.frombuffer(body, dtype=np.uint8).reshape(-1, nb), bits)
-        except ValueError as exc:
-            raise ValueError(f"body: {exc}") from None
-        job = SearchJob(xq, params["max_distance"], params["k"], params["stats"], binary,
-                        time.perf_counter() - t)
-    elif ctype in ("application/json", ""):
-        given = [name for name, value in params.items() if value not in (None, False)]
-        if given:
-            raise ValueError(f"{given[0]}: query parameters are only read with Content-Type "
-                             "application/octet-stream; put it in the JSON body")
-        req = validate_json_body(SearchRequest, body)
-        check_batch(len(req.codes), settings, "codes")
-        if req.k is not None:
-            check_knn(len(req.codes), req.k, settings)
-        job = SearchJob(parse_hex(req.codes, bits), req.max_distance, req.k, req.stats, binary,
-                        time.perf_counter() - t)
-    else:
-        raise HTTPException(415, f"Content-Type {ctype!r} is not supported; allowed: "
-                                 "application/json, application/octet-stream")
-    if job.binary and job.stats:
-        raise ValueError("stats: the per-radius counters come only in the JSON answer; drop "
-                         "'Accept: application/octet-stream' or stats")
-    return job
-
-
 #: A radius search of at most this many probes in total runs on the event loop itself: the hop
 #: to the thread pool (tens to hundreds of microseconds) would cost more than the search.
 INLINE_MAX_PROBES = 5_000
@@ -201,7 +143,7 @@ async def search(
     t_start = time.perf_counter()
     settings = settings_of(request)
     body = await request.body()
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    ctype = content_type(request)
     params = {"max_distance": max_distance, "k": k, "stats": stats}
     binary = wants_binary(request.headers.get("accept", ""))
     if len(body) <= INLINE_MAX_BODY:
@@ -214,16 +156,6 @@ async def search(
         job = parse_search(body, ctype, entry.bits, settings, params, binary)
         return run_search(entry, job, settings, t_start)
     return await run_in_threadpool(parse_and_run)
-
-
-def check_knn(nq: int, k: int, settings) -> None:
-    """k-NN limits, before any work: ``k <= max_k`` and ``nq x k <= max_results``."""
-    if k > settings.max_k:
-        raise ValueError(f"k: {k} exceeds the limit max_k={settings.max_k}")
-    if nq * k > settings.max_results:
-        raise ValueError(f"k: {nq} queries x k={k} = {nq * k:,} results, more than "
-                         f"max_results={settings.max_results}; send fewer queries per request "
-                         "or a smaller k")
 
 
 def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | None:

@@ -25,7 +25,8 @@ from bucketsearch.index.metrics.lgap import mlgap
 from bucketsearch.index.metrics.radius import auprc, ball_cumsum, radius_metrics
 from bucketsearch.index.metrics.ramap import modeled_costs, raap_from_precision, ramap
 from bucketsearch.index.metrics.ranking import ranking_metrics
-from bucketsearch.index.metrics.space import code_utilization, empty_ball_queries, mean_empty_buckets
+from bucketsearch.index.metrics.space import (code_utilization, empty_ball_queries,
+                                              mean_empty_buckets)
 
 __all__ = ["Conventions", "DEFAULT", "Histograms", "hamming_histograms", "evaluate",
            "radius_metrics", "ramap", "raap_from_precision", "modeled_costs", "mlgap",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.metrics.conventions import AP_DENOMINATORS, AUPRC_ANCHORS, NO_RELEVANT, Conventions
+from bucketsearch.index.metrics.conventions import (AP_DENOMINATORS, AUPRC_ANCHORS, NO_RELEVANT,
+                                                    Conventions)
 
 HELP = "evaluate hash codes: P/R at radius, RAMAP, mLGAP, tie-aware MAP/NDCG, empty balls"
 

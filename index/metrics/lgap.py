@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.conventions import (DEFAULT, Conventions, apply_no_relevant,
+                                                    mean_over_queries)
 from bucketsearch.index.metrics.histogram import Histograms
 from bucketsearch.index.metrics.radius import ball_cumsum, precision_at_radius
 

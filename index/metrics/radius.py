@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.conventions import (DEFAULT, Conventions, apply_no_relevant,
+                                                    mean_over_queries)
 from bucketsearch.index.metrics.histogram import Histograms
 
 

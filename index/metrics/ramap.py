@@ -18,7 +18,8 @@ import math
 
 import numpy as np
 
-from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.conventions import (DEFAULT, Conventions, apply_no_relevant,
+                                                    mean_over_queries)
 from bucketsearch.index.metrics.histogram import Histograms
 from bucketsearch.index.metrics.radius import precision_at_radius
 

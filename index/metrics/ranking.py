@@ -39,7 +39,8 @@ import numpy as np
 from numba import prange
 
 from bucketsearch.index._jit import njit, pjit
-from bucketsearch.index.metrics.conventions import DEFAULT, Conventions, apply_no_relevant, mean_over_queries
+from bucketsearch.index.metrics.conventions import (DEFAULT, Conventions, apply_no_relevant,
+                                                    mean_over_queries)
 from bucketsearch.index.metrics.histogram import RANKED_FIELDS, Histograms, _discount_table
 
 _DIRECT = 64
