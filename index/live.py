@@ -35,7 +35,7 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -121,16 +121,17 @@ class LiveState:
     def ntotal(self) -> int:
         return int(len(self.main_ids_sorted) - len(self.tombstones) + len(self.delta_ids))
 
-    def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray) -> LiveState:
-        """The same main index with another delta and tombstones (the version is kept)."""
+    def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray,
+                   version: int | None = None) -> LiveState:
+        """The same main index with another delta and tombstones (and version, if given)."""
         delta = None
         if len(ids):
             delta = LinearScan(self.bits)
             # ids were validated when written (unique, not live); _rebuild only sets the arrays,
             # where add() would re-check uniqueness at O(n log n) on every write
             delta._rebuild(words, ids)
-        return replace(self, delta=delta, delta_ids=ids, delta_words=words,
-                       tombstones=tombstones)
+        return LiveState(self.bits, self.main, self.main_ids_sorted, delta, ids, words,
+                         tombstones, self.version if version is None else version)
 
     def in_main(self, ids: np.ndarray) -> np.ndarray:
         pos = np.searchsorted(self.main_ids_sorted, ids)
@@ -347,16 +348,17 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
     return state.with_delta(a_ids[rows], a_words[rows], tomb)
 
 
-def _apply_one(state: LiveState, op: Op) -> LiveState:
+def _apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState:
     """:func:`apply_ops` of one op already validated against ``state`` (adds of ids that are
     not live, deletes of live ids): O(delta) with no sort."""
     if op.kind == "add":
         return state.with_delta(np.concatenate([state.delta_ids, op.ids]),
-                                np.concatenate([state.delta_words, op.words]), state.tombstones)
+                                np.concatenate([state.delta_words, op.words]), state.tombstones,
+                                version)
     keep = ~np.isin(state.delta_ids, op.ids)
     hit = op.ids[state.in_main(op.ids)]
     tomb = np.union1d(state.tombstones, hit) if len(hit) else state.tombstones
-    return state.with_delta(state.delta_ids[keep], state.delta_words[keep], tomb)
+    return state.with_delta(state.delta_ids[keep], state.delta_words[keep], tomb, version)
 
 
 def _snapshot_dirs(directory: Path) -> list[tuple[int, Path]]:
@@ -569,7 +571,7 @@ class LiveIndex:
         if self._merging:
             self._during_merge.append(op)
         state = self.state
-        self.state = replace(apply_ops(state, [op], check=False), version=state.version + 1)
+        self.state = _apply_one(state, op, version=state.version + 1)
 
     def add(self, codes, ids) -> int:
         """Insert codes with ids; returns once the WAL record is fsynced. Duplicate ids (in the

@@ -35,9 +35,11 @@ from __future__ import annotations
 import errno
 import os
 import re
+import resource
 import struct
 import threading
 import zlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -303,15 +305,51 @@ def create_segment(directory, seq: int) -> Path:
     return path
 
 
+class _OpenLogs:
+    """The write-ahead logs that keep their segment open, least recently used first, at most
+    ``limit`` of them (fewer under a low file-descriptor limit: an eighth of RLIMIT_NOFILE):
+    a busy index pays no open() per append, and thousands of indexes hold a bounded number of
+    descriptors. Eviction closes a log's descriptor only if that log is not appending (its
+    lock is free), so no append ever loses its file."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._logs: OrderedDict[int, WriteAheadLog] = OrderedDict()
+
+    def touch(self, log: WriteAheadLog) -> None:
+        limit = min(self.limit, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8, 1))
+        with self._lock:
+            self._logs[id(log)] = log
+            self._logs.move_to_end(id(log))
+            victims = [v for v in self._logs.values() if v is not log][:max(
+                len(self._logs) - limit, 0)]
+        for victim in victims:
+            if victim._lock.acquire(blocking=False):
+                try:
+                    victim._close_fd()
+                finally:
+                    victim._lock.release()
+
+    def forget(self, log: WriteAheadLog) -> None:
+        with self._lock:
+            self._logs.pop(id(log), None)
+
+
+#: Open segment descriptors kept across appends, process-wide.
+OPEN_LOGS = _OpenLogs(limit=64)
+
+
 class WriteAheadLog:
-    """Appender of one segment; thread-safe. It holds no open file between appends (each
-    append opens, writes at the known end, fsyncs and closes), so thousands of indexes cost no
-    file descriptors. ``failed`` is the reason of a fail-stop, else None."""
+    """Appender of one segment; thread-safe. The segment stays open between appends while the
+    log is among the :data:`OPEN_LOGS` most recently used (at most 64), so thousands of indexes
+    cost a bounded number of file descriptors. ``failed`` is the reason of a fail-stop, else None."""
 
     def __init__(self, directory, seq: int, size: int | None = None):
         self.directory = Path(directory)
         self.seq = seq
         self._lock = threading.Lock()
+        self._fd: int | None = None
         self.failed: str | None = None
         path = self.path
         if not path.exists():
@@ -322,17 +360,26 @@ class WriteAheadLog:
     def path(self) -> Path:
         return self.directory / segment_name(self.seq)
 
+    def _close_fd(self) -> None:
+        """Close the kept descriptor (lock held by the caller)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            OPEN_LOGS.forget(self)
+            fsio.close(fd)
+
     def append(self, op: Op) -> None:
         """Write one record and fsync it; only then may the caller acknowledge the write.
         Raises :class:`AppendFailed` (log unchanged) or :class:`LogFailed` (fail-stop)."""
         data = record(op)
         with self._lock:
             path = self.path
-            try:
-                fd = fsio.open_fd(path, os.O_WRONLY)
-            except OSError as exc:
-                raise AppendFailed(exc.errno or errno.EIO, f"cannot open the write-ahead "
-                                   f"log ({exc.strerror}); nothing was acknowledged") from exc
+            if self._fd is None:
+                try:
+                    self._fd = fsio.open_fd(path, os.O_WRONLY)
+                except OSError as exc:
+                    raise AppendFailed(exc.errno or errno.EIO, f"cannot open the write-ahead "
+                                       f"log ({exc.strerror}); nothing was acknowledged") from exc
+            fd = self._fd
             try:
                 if self.failed is not None:
                     self._restore(fd)  # the fault may have cleared: try the undo again
@@ -346,15 +393,18 @@ class WriteAheadLog:
                     except OSError as undo:
                         self.failed = (f"a write failed ({exc.strerror}) and the log could not "
                                        f"be truncated back ({undo.strerror})")
+                self._close_fd()  # after a failed write or fsync, the next append reopens
                 if self.failed is not None:
                     raise LogFailed(exc.errno or errno.EIO, f"write-ahead log unusable: "
                                     f"{self.failed}; the index refuses writes until the disk "
                                     "recovers; nothing was acknowledged") from exc
                 raise AppendFailed(exc.errno or errno.EIO, f"storage error ({exc.strerror}); "
                                    "the log was restored, nothing was acknowledged") from exc
-            finally:
-                fsio.close(fd)
+            except BaseException:  # a simulated crash: the process is gone, so is its fd
+                self._close_fd()
+                raise
             self.size += len(data)
+        OPEN_LOGS.touch(self)
 
     def _restore(self, fd: int) -> None:
         fsio.ftruncate(fd, self.size, self.path)
@@ -367,14 +417,16 @@ class WriteAheadLog:
             if self.failed is not None:
                 raise LogFailed(errno.EIO, f"write-ahead log unusable: {self.failed}")
             create_segment(self.directory, self.seq + 1)
+            self._close_fd()
             closed, self.seq, self.size = self.seq, self.seq + 1, len(MAGIC)
             return closed
 
     def close(self) -> None:
-        """Nothing is held open between appends. A fail-stopped log tries its undo once more,
-        so that the write that failed is not replayed by the next open (best effort: if the
-        undo fails again, or the process dies first, that record may be found complete)."""
+        """Close the kept descriptor. A fail-stopped log tries its undo once more, so that the
+        write that failed is not replayed by the next open (best effort: if the undo fails
+        again, or the process dies first, that record may be found complete)."""
         with self._lock:
+            self._close_fd()
             if self.failed is None:
                 return
             try:
