@@ -96,43 +96,41 @@ class SearchCollector:
 
     @staticmethod
     def index_gauges(registry):
-        """Per index: live items, delta items, tombstones, merging, merges, the time of the last
-        merge and whether it failed, and its state (one series per index, state label fixed)."""
-        gauges = {
-            "items": GaugeMetricFamily("bucketsearch_index_items", "live items", labels=["index"]),
-            "delta": GaugeMetricFamily("bucketsearch_index_delta_items",
-                                       "items inserted since the last merge (scanned linearly)",
-                                       labels=["index"]),
-            "tomb": GaugeMetricFamily("bucketsearch_index_tombstones",
-                                      "main-table items deleted since the last merge",
-                                      labels=["index"]),
-            "merging": GaugeMetricFamily("bucketsearch_index_merging", "1 while a merge runs",
-                                         labels=["index"]),
-            "merges": CounterMetricFamily("bucketsearch_index_merges",
-                                          "merges since the server started", labels=["index"]),
-            "last": GaugeMetricFamily("bucketsearch_index_last_merge_timestamp_seconds",
-                                      "end of the last merge (Unix time; 0: none yet)",
-                                      labels=["index"]),
-            "error": GaugeMetricFamily("bucketsearch_index_last_merge_failed",
-                                       "1 when the last background merge failed",
-                                       labels=["index"]),
-            "state": GaugeMetricFamily("bucketsearch_index_state",
-                                       "1 for the index's state (ready, read_only, corrupt, "
-                                       "unavailable)", labels=["index", "state"]),
-        }
+        """Per index: the :data:`INDEX_SERIES`, and its state (one series per index, the state
+        as a label)."""
+        families = [(kind(name, doc, labels=["index"]), value)
+                    for kind, name, doc, value in INDEX_SERIES]
+        state = GaugeMetricFamily("bucketsearch_index_state", "1 for the index's state (ready, "
+                                  "read_only, corrupt, unavailable)", labels=["index", "state"])
         if registry is not None:
             for entry in list(registry.entries.values()):
-                live, st, name = entry.live, entry.live.state, [entry.name]
-                gauges["items"].add_metric(name, st.ntotal)
-                gauges["delta"].add_metric(name, len(st.delta_ids))
-                gauges["tomb"].add_metric(name, len(st.tombstones))
-                gauges["merging"].add_metric(name, int(live.merging))
-                gauges["merges"].add_metric(name, live.merges)
-                gauges["last"].add_metric(name, live.last_merge or 0.0)
-                gauges["error"].add_metric(name, int(live.last_merge_error is not None))
+                live, st = entry.live, entry.live.state
+                for family, value in families:
+                    family.add_metric([entry.name], value(live, st))
             for name, info in registry.states().items():
-                gauges["state"].add_metric([name, info["state"]], 1)
-        yield from gauges.values()
+                state.add_metric([name, info["state"]], 1)
+        yield from (family for family, _ in families)
+        yield state
+
+
+#: Per-index series: (family, name, help, value of (LiveIndex, LiveState)).
+INDEX_SERIES = (
+    (GaugeMetricFamily, "bucketsearch_index_items", "live items", lambda live, st: st.ntotal),
+    (GaugeMetricFamily, "bucketsearch_index_delta_items",
+     "items inserted since the last merge (scanned linearly)",
+     lambda live, st: len(st.delta_ids)),
+    (GaugeMetricFamily, "bucketsearch_index_tombstones",
+     "main-table items deleted since the last merge", lambda live, st: len(st.tombstones)),
+    (GaugeMetricFamily, "bucketsearch_index_merging", "1 while a merge runs",
+     lambda live, st: int(live.merging)),
+    (CounterMetricFamily, "bucketsearch_index_merges", "merges since the server started",
+     lambda live, st: live.merges),
+    (GaugeMetricFamily, "bucketsearch_index_last_merge_timestamp_seconds",
+     "end of the last merge (Unix time; 0: none yet)", lambda live, st: live.last_merge or 0.0),
+    (GaugeMetricFamily, "bucketsearch_index_last_merge_failed",
+     "1 when the last background merge failed",
+     lambda live, st: int(live.last_merge_error is not None)),
+)
 
 
 class AppMetrics:

@@ -149,14 +149,16 @@ class Registry:
             if len(self.entries) + len(self.unavailable) >= limit:
                 raise IndexLimit(f"name: the server holds {limit} indexes, the limit "
                                  "max_indexes (BUCKETSEARCH_MAX_INDEXES); delete one first")
-            folder = catalog.create_folder(self.root, {
-                "name": name, "bits": bits, "mode": mode, "substrings": substrings,
-                "created_at": time.time()})
+            meta = {"name": name, "bits": bits, "mode": mode, "substrings": substrings}
+            folder = catalog.create_folder(self.root, {**meta, "created_at": time.time()})
             try:
-                entry = self._open(folder, {"name": name, "bits": bits, "mode": mode,
-                                            "substrings": substrings})
-            except BaseException:
-                catalog.remove_folder(self.root, folder)
+                entry = self._open(folder, meta)
+            except Exception as exc:
+                try:
+                    catalog.remove_folder(self.root, folder)
+                except OSError:  # the folder stays: show it, so that it can be deleted
+                    self._fail(name, folder, meta, "unavailable",
+                               f"created, but could not be opened: {type(exc).__name__}: {exc}")
                 raise
             self.entries[name] = entry
             return entry
@@ -179,9 +181,28 @@ class Registry:
                 raise IndexNotFound(name)
             if isinstance(entry, Entry):
                 entry.live.close()
-            catalog.remove_folder(self.root, entry.folder)
+            try:
+                catalog.remove_folder(self.root, entry.folder)
+            except OSError:
+                if isinstance(entry, Entry) and entry.folder.exists():
+                    self._reopen(entry)  # not renamed away: the index stays, writable again
+                else:
+                    self.entries.pop(name, None)
+                raise
             self.entries.pop(name, None)
             self.unavailable.pop(name, None)
+
+    def _reopen(self, entry: Entry) -> None:
+        """Open ``entry``'s folder again after a delete that failed before its rename."""
+        meta = {"name": entry.name, "bits": entry.bits, "mode": entry.mode,
+                "substrings": entry.substrings}
+        try:
+            self.entries[entry.name] = self._open(entry.folder, meta)
+        except Exception as exc:  # noqa: BLE001 -- it stays listed, with the reason
+            self.entries.pop(entry.name, None)
+            self._fail(entry.name, entry.folder, meta, "unavailable",
+                       f"a delete failed and the index could not be opened again: "
+                       f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         for entry in list(self.entries.values()):

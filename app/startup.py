@@ -169,17 +169,28 @@ def _scratch_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
-def compiled_signature_count() -> int:
-    """Compiled signatures of every numba kernel of the loaded ``app`` and ``index`` modules."""
+#: Modules whose numba kernels a request can reach.
+KERNEL_MODULES = ("bucketsearch.app.", "bucketsearch.index.")
+
+
+def compiled_signatures() -> dict[str, set[str]]:
+    """``{module.function: {signature, ...}}`` of every numba kernel defined in a loaded
+    :data:`KERNEL_MODULES` module."""
     import sys
 
     from numba.core.dispatcher import Dispatcher
-    count = 0
+    out = {}
     for name, module in list(sys.modules.items()):
-        if name.startswith(("bucketsearch.app.", "bucketsearch.index.")):
-            count += sum(len(obj.signatures) for obj in list(vars(module).values())
-                         if isinstance(obj, Dispatcher) and obj.py_func.__module__ == name)
-    return count
+        if name.startswith(KERNEL_MODULES):
+            for obj in list(vars(module).values()):
+                if isinstance(obj, Dispatcher) and obj.py_func.__module__ == name:
+                    out[f"{name}.{obj.py_func.__name__}"] = {str(s) for s in obj.signatures}
+    return out
+
+
+def compiled_signature_count() -> int:
+    """Compiled signatures of every kernel of :func:`compiled_signatures`."""
+    return sum(len(sigs) for sigs in compiled_signatures().values())
 
 
 def _cache_dir() -> str:

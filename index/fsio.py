@@ -24,10 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-#: The storage operations a fault can hit.
-OPERATIONS = ("open", "write", "fsync", "truncate", "rename", "unlink", "mkdir", "read")
-
-
 class SimulatedCrash(BaseException):
     """The process "died" at a storage call (raised by a plan with ``crash=True``); tests then
     abandon every object without closing it and recover from what is on disk."""
@@ -200,14 +196,6 @@ def rmtree(path) -> None:
 def _ignore_missing(func, path, exc_info):
     if not isinstance(exc_info[1], FileNotFoundError):
         raise exc_info[1]
-
-
-def fsync_tree(root) -> None:
-    """fsync every file and directory under ``root`` (directories last, deepest first)."""
-    for dirpath, _, files in os.walk(root, topdown=False):
-        for name in files:
-            fsync_path(os.path.join(dirpath, name))
-        fsync_path(dirpath)
 
 
 # ------------------------------------------------------------------------------------- arrays

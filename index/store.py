@@ -34,11 +34,6 @@ def file_crc32(path: Path) -> int:
     return crc
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON to ``path`` via a fsynced temporary file and a rename."""
-    fsio.replace_file(path, json.dumps(obj, indent=1).encode())
-
-
 def save_arrays(path, kind: str, meta: dict, arrays: dict[str, np.ndarray]) -> None:
     """Write a snapshot directory atomically (temp dir + fsync + rename); on any failure the
     temp dir is removed (best effort) and ``path`` holds the previous snapshot, or the new

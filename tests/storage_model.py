@@ -147,6 +147,15 @@ def resolve(live, model: Model, limbo: list, extra_queries) -> Model:
     return model
 
 
+def model_op(write: tuple | None):
+    """A test case's write (``("add", ids, pool rows)`` or ``("delete", ids)``) as a model op."""
+    if write is None:
+        return None
+    if write[0] == "add":
+        return ("add", np.array(write[1], dtype=np.int64), POOL[write[2]])
+    return ("delete", np.array(write[1], dtype=np.int64))
+
+
 def _applicable(model: Model, op) -> bool:
     return op[0] == "delete" or not any(int(i) in model.items for i in op[1])
 

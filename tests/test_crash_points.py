@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
-                           corrupt_newest_snapshot, plant_torn_tail, resolve, snapshots)
+                           corrupt_newest_snapshot, model_op, plant_torn_tail, resolve, snapshots)
 
 from bucketsearch.index import fsio, wal
 from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
@@ -86,11 +86,7 @@ class Case:
     prepare: object = None  # the operation is the opening, after this
 
     def model_op(self):
-        if self.write is None:
-            return None
-        if self.write[0] == "add":
-            return ("add", np.array(self.write[1], dtype=np.int64), POOL[self.write[2]])
-        return ("delete", np.array(self.write[1], dtype=np.int64))
+        return model_op(self.write)
 
 
 CASES = [

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
-                           corrupt_newest_snapshot, differences, plant_torn_tail, queries, resolve,
-                           snapshots)
+                           corrupt_newest_snapshot, differences, model_op, plant_torn_tail, queries,
+                           resolve, snapshots)
 
 from bucketsearch.index import fsio
 from bucketsearch.index.factory import load_index
@@ -63,11 +63,7 @@ class Case:
         return self.prepare is not None
 
     def model_op(self):
-        if self.write is None:
-            return None
-        if self.write[0] == "add":
-            return ("add", np.array(self.write[1], dtype=np.int64), POOL[self.write[2]])
-        return ("delete", np.array(self.write[1], dtype=np.int64))
+        return model_op(self.write)
 
     def options(self) -> dict:
         return dict(KW, background_merge=True, merge_threshold=4) if self.background else KW

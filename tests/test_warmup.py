@@ -32,8 +32,9 @@ import httpx
 import numpy as np
 import pytest
 
+from bucketsearch.app.startup import compiled_signatures
+
 ROOT = Path(__file__).resolve().parents[1]
-MODULE_ROOTS = ("bucketsearch.app", "bucketsearch.index")
 #: direct-addressed tables (16), one-word codes (64), multi-word codes (130)
 DRIVE_BITS = (16, 64, 130)
 OCTET = "application/octet-stream"
@@ -42,21 +43,6 @@ DELETED = [0, 1, 2, 150, 151]  # tombstones in the main table (0-2), gone from t
 
 
 # ------------------------------------------------------------------------------- the driver
-def compiled_signatures() -> dict[str, set[str]]:
-    """``{module.function: {signature, ...}}`` of every numba dispatcher defined in a loaded
-    ``app`` or ``index`` module."""
-    from numba.core.dispatcher import Dispatcher
-
-    out = {}
-    for modname, module in list(sys.modules.items()):
-        if not modname.startswith(MODULE_ROOTS):
-            continue
-        for obj in list(vars(module).values()):
-            if isinstance(obj, Dispatcher) and obj.py_func.__module__ == modname:
-                out[f"{modname}.{obj.py_func.__name__}"] = {str(s) for s in obj.signatures}
-    return out
-
-
 def new_signatures(before: dict, after: dict) -> dict[str, list[str]]:
     return {name: sorted(sigs - before.get(name, set())) for name, sigs in after.items()
             if sigs - before.get(name, set())}
