@@ -16,9 +16,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
-from bucketsearch.index.live import DuplicateIdError
+from bucketsearch.index.storage.live import DuplicateIdError
 from bucketsearch.index.probe import ProbeLimitError
-from bucketsearch.index.wal import AppendFailed, LogFailed
+from bucketsearch.index.storage.wal import AppendFailed, LogFailed
 
 
 def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:

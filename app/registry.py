@@ -1,4 +1,4 @@
-"""The index registry: the indexes this server holds, by name, over :mod:`index.catalog`.
+"""The index registry: the indexes this server holds, by name, over :mod:`index.storage.catalog`.
 
 Every index folder found at start-up is opened on its own: one that fails (corrupt files,
 unreadable metadata, no file descriptors left) is listed under ``unavailable`` with its state
@@ -19,10 +19,10 @@ import numpy as np
 
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
-from bucketsearch.index import catalog
+from bucketsearch.index.storage import catalog
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.live import CorruptIndexError, LiveIndex
-from bucketsearch.index.wal import CorruptLogError
+from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
+from bucketsearch.index.storage.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
 

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from bucketsearch.index.catalog import NAME_PATTERN
+from bucketsearch.index.storage.catalog import NAME_PATTERN
 
 HEX_PATTERN = r"^[0-9a-fA-F]*$"
 MAX_ID = 2**63 - 1

@@ -95,7 +95,7 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
     """The evaluation as the evaluate endpoint runs it, with every relevance form: class ids of
     each integer width the histogram kernel narrows them to, multi-hot labels, relevant ids;
     graded and not, with and without a measured cost."""
-    from bucketsearch.index import relevance as rel
+    from bucketsearch.index.evaluation import relevance as rel
     from bucketsearch.index.metrics import evaluate
 
     state = live.state
@@ -119,7 +119,7 @@ def _warm_live(directory: Path, bits: int, mode: str, mmap: bool, evaluate: bool
     """One tiny live index taken through every state, searched every way in each; then the t0
     calibration and (``evaluate``) the evaluation."""
     from bucketsearch.app.costfit import CostTracker, calibrate
-    from bucketsearch.index.live import LiveIndex
+    from bucketsearch.index.storage.live import LiveIndex
 
     words = _codes(bits, WARM_ITEMS, seed=bits)
     xq = np.ascontiguousarray(words[:WARM_QUERIES])

@@ -33,7 +33,7 @@ import numba  # noqa: E402
 
 from bucketsearch.index.metrics import (evaluate, hamming_histograms, radius_metrics,  # noqa: E402
                                         ranking_metrics)
-from bucketsearch.index.relevance import from_labels  # noqa: E402
+from bucketsearch.index.evaluation.relevance import from_labels  # noqa: E402
 
 
 def argsort_baseline(q_pm: np.ndarray, b_pm: np.ndarray, yq: np.ndarray, yb: np.ndarray,
@@ -156,8 +156,8 @@ def main(argv=None) -> int:
         xb, yb, xq, yq = clustered_codes(5_000, 100, 64)
         run_size("quick", xb, yb, xq, yq, 64, 1)
         return 0
-    from bucketsearch.index.coding import lsh_codes
-    from bucketsearch.index.datasets import synthetic_cifar
+    from bucketsearch.index.evaluation.coding import lsh_codes
+    from bucketsearch.index.evaluation.datasets import synthetic_cifar
     data = synthetic_cifar()
     xb, xq = lsh_codes(data.xb, data.xq, 64)
     run_size("CIFAR-10 protocol, LSH codes on the embedded data", xb, data.yb, xq, data.yq, 64,

@@ -3,7 +3,7 @@
 Per round, in separate processes, alternating baseline and current: 300 single-item inserts
 (each one WAL record, fsynced before it returns: latency p50/p99), 100 single-item deletes,
 and 10 batches of 10,000 inserts (items/s). Ratios current / baseline are printed per figure
-(median over rounds). The baseline tree is imported as it lays its modules out (``index.live``
+(median over rounds). The baseline tree is imported as it lays its modules out (``index.storage.live``
 at the top level before the bucketsearch namespace).
 
     .venv/bin/python bench/bench_writes.py --baseline-tree /tmp/old --rounds 5
@@ -25,9 +25,9 @@ import json, sys, tempfile, time
 import numpy as np
 if sys.argv[1] == "baseline":
     sys.path.insert(0, sys.argv[2])
-    from index.live import LiveIndex
+    from index.storage.live import LiveIndex
 else:
-    from bucketsearch.index.live import LiveIndex
+    from bucketsearch.index.storage.live import LiveIndex
 rng = np.random.default_rng(0)
 with tempfile.TemporaryDirectory(dir=sys.argv[3]) as d:
     live = LiveIndex(d, 64, "single", merge_threshold=10**9, background_merge=False)

@@ -15,7 +15,7 @@ import numpy as np
 
 from bucketsearch.index._jit import default_threads
 from bucketsearch.index.codes import as_words, check_bits
-from bucketsearch.index.store import load_arrays, save_arrays
+from bucketsearch.index.storage.store import load_arrays, save_arrays
 
 DEFAULT_MAX_PROBES = 10_000_000
 PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel
@@ -262,7 +262,7 @@ class IndexBase:
         return self.probe_count(max_distance)
 
     def save(self, path) -> None:
-        """Write a checksummed snapshot directory (see :mod:`index.store`): the manifest's
+        """Write a checksummed snapshot directory (see :mod:`index.storage.store`): the manifest's
         kind is :attr:`kind`, its meta and arrays those of :meth:`snapshot`."""
         meta, arrays = self.snapshot()
         save_arrays(path, self.kind, {"bits": self.bits, "ntotal": self.ntotal, **meta}, arrays)

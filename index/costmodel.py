@@ -142,7 +142,7 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     """Time empty probes (random codes absent from the table) and non-empty probes (codes of the
     table) of a :class:`~index.table.BucketTable`: ``{"empty_ns", "nonempty_ns", "fill"}`` where
     ``fill`` is the fraction of random codes that hit a bucket."""
-    from bucketsearch.index.synth import uniform_codes
+    from bucketsearch.index.evaluation.synth import uniform_codes
     rng = np.random.default_rng(seed)
     keys = uniform_codes(n_keys, table.bits, seed=seed)
     args = table.lookup_args()

@@ -9,7 +9,7 @@ Mode names are the engines' :attr:`kind`:
 
 Validation is the engine constructor's own (``substrings`` for MIH, ``max_probes``, ...), so
 a mode that a caller accepts is always a mode the engine can build. Snapshots are loaded by
-the class their manifest names; :mod:`index.store` itself knows no engine.
+the class their manifest names; :mod:`index.storage.store` itself knows no engine.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.probe import DEFAULT_MAX_PROBES, HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.store import load_arrays
+from bucketsearch.index.storage.store import load_arrays
 
 ENGINES = {cls.kind: cls for cls in (HammingIndex, MultiIndex, AutoIndex, LinearScan)}
 MODES = tuple(ENGINES)

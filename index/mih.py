@@ -500,7 +500,7 @@ class MultiIndex(IndexBase):
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> tuple[dict, dict]:
-        """``(meta, arrays)`` of a snapshot (see :mod:`index.store`)."""
+        """``(meta, arrays)`` of a snapshot (see :mod:`index.storage.store`)."""
         meta = {"substrings": self.substrings, "fixed_substrings": self.fixed_substrings,
                 "max_probes": self.max_probes,
                 "direct": [bool(t.direct) for t in self.tables],

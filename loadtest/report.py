@@ -257,7 +257,6 @@ def make_console():
 
 def print_report(report: dict, console=None) -> None:
     """Rich tables: run summary, measured vs modeled per radius, k-NN, model fits, warnings."""
-    from rich.console import Console
     from rich.table import Table
 
     console = console or make_console()

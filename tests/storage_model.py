@@ -3,7 +3,7 @@
 Shared by tests/test_live_model.py, tests/test_faults.py and tests/test_crash_points.py. The
 model never asks the index anything: distances are popcounts of XORed words computed with
 ``np.unpackbits``, results are ordered by (distance, id), k-NN is padded with -1 (distance -1),
-exactly as :class:`index.live.LiveIndex` promises.
+exactly as :class:`index.storage.live.LiveIndex` promises.
 
 An operation is ``("add", ids, words)`` or ``("delete", ids)``. An operation whose outcome is
 unknown (interrupted by a crash, or failed with the log left unrestorable) is *in limbo*: after
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index import wal
+from bucketsearch.index.storage import wal
 from bucketsearch.index.codes import n_words
-from bucketsearch.index.live import LiveIndex
+from bucketsearch.index.storage.live import LiveIndex
 
 RADII = (0, 1, 2)
 KS = (1, 2, 3, 4, 5)

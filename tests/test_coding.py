@@ -5,8 +5,8 @@ import naive_metrics as nv
 import numpy as np
 import pytest
 
-from bucketsearch.index.coding import different_extension, itq, lsh_codes, same_extension
-from bucketsearch.index.datasets import digits, load, synthetic_cifar
+from bucketsearch.index.evaluation.coding import different_extension, itq, lsh_codes, same_extension
+from bucketsearch.index.evaluation.datasets import digits, load, synthetic_cifar
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_extensions_shift_distances(small):
 
 def test_itq_lowers_quantization_loss_and_beats_chance(small):
     from bucketsearch.index.metrics import hamming_histograms, ranking_metrics
-    from bucketsearch.index.relevance import from_labels
+    from bucketsearch.index.evaluation.relevance import from_labels
     b, q = itq(small.xb, small.xq, 16, n_iter=30)
     assert b.shape == (600, 16) and q.shape == (40, 16)
     rel = from_labels(small.yq, small.yb)

@@ -11,7 +11,7 @@ from bucketsearch.index.costmodel import (ExtendedModel, PaperModel, cost_report
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex, SearchStats
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.synth import clustered_codes, queries_near
+from bucketsearch.index.evaluation.synth import clustered_codes, queries_near
 
 
 def fake_stats(features: dict, lookup_ns, radii):

@@ -1,6 +1,6 @@
 """Crashes at every storage step, real SIGKILLs, and damaged files.
 
-1. :class:`~index.fsio.SimulatedCrash` at the n-th storage call, for every n, of an add, a
+1. :class:`~index.storage.fsio.SimulatedCrash` at the n-th storage call, for every n, of an add, a
    re-insert, a delete, a merge (WAL rotation, snapshot arrays, manifests, snapshot metadata,
    renames, directory fsyncs, read-back verification, cleanup), a first merge, and of recovery
    itself (cutting a torn tail, falling back from a corrupt snapshot, after a merge that crashed
@@ -35,10 +35,10 @@ import pytest
 from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
                            corrupt_newest_snapshot, model_op, plant_torn_tail, resolve, snapshots)
 
-from bucketsearch.index import fsio, wal
-from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
-from bucketsearch.index.live import CorruptIndexError, LiveIndex
-from bucketsearch.index.wal import CorruptLogError
+from bucketsearch.index.storage import fsio, wal
+from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
+from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
+from bucketsearch.index.storage.wal import CorruptLogError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,9 +219,9 @@ CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
     import numpy as np
-    from bucketsearch.index import fsio
-    from bucketsearch.index.fsio import FaultPlan
-    from bucketsearch.index.live import LiveIndex
+    from bucketsearch.index.storage import fsio
+    from bucketsearch.index.storage.fsio import FaultPlan
+    from bucketsearch.index.storage.live import LiveIndex
     d, mode, what, at, ops, contains, short = sys.argv[1:8]
     background = what == "add-background-merge"
     live = LiveIndex(d, {bits}, mode, background_merge=background,

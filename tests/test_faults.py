@@ -6,7 +6,7 @@ Operations: add, add of a deleted id (re-insert), delete, merge (WAL rotation, s
 manifests, renames, directory fsyncs, read-back verification, cleanup), an add that starts a
 background merge (both under the fault), opening the index (recovery cutting a torn tail;
 recovery falling back from a corrupt newest snapshot), and writing an engine snapshot over an
-existing one (:func:`index.store.save_arrays`). Kinds: once, ENOSPC and EIO on any call, a
+existing one (:func:`index.storage.store.save_arrays`). Kinds: once, ENOSPC and EIO on any call, a
 short write (half the bytes, then ENOSPC) on a write, EMFILE on an open; sticky (that call and
 every later one fail until the operation returns), EIO and the short write. Mode "single" gets
 every kind, "mih" (same storage path, other snapshot files) the once-kinds; the add that starts a
@@ -41,12 +41,12 @@ from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base
                            corrupt_newest_snapshot, differences, model_op, plant_torn_tail, queries,
                            resolve, snapshots)
 
-from bucketsearch.index import fsio
+from bucketsearch.index.storage import fsio
 from bucketsearch.index.factory import load_index
-from bucketsearch.index.fsio import FaultPlan
-from bucketsearch.index.live import LiveIndex
-from bucketsearch.index.store import load_arrays, save_arrays
-from bucketsearch.index.wal import LogFailed
+from bucketsearch.index.storage.fsio import FaultPlan
+from bucketsearch.index.storage.live import LiveIndex
+from bucketsearch.index.storage.store import load_arrays, save_arrays
+from bucketsearch.index.storage.wal import LogFailed
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ UPPER = ("bucketsearch.app", "bucketsearch.loadtest", "bucketsearch.cli", "app",
 def test_the_graph_is_read():
     """The checks below see real edges (module names carry the installed prefix)."""
     graph = _graph()
-    assert "bucketsearch.index.wal" in graph["bucketsearch.index.live"]
-    assert "bucketsearch.index.fsio" in graph["bucketsearch.index.wal"]
+    assert "bucketsearch.index.storage.wal" in graph["bucketsearch.index.storage.live"]
+    assert "bucketsearch.index.storage.fsio" in graph["bucketsearch.index.storage.wal"]
 
 
 def test_index_imports_no_upper_package():

@@ -9,7 +9,7 @@ import pytest
 
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.live import DuplicateIdError, LiveIndex
+from bucketsearch.index.storage.live import DuplicateIdError, LiveIndex
 
 
 def _clustered(rng, n, bits, n_centers=8, flips=3):

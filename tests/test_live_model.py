@@ -1,12 +1,12 @@
 """Model-based stateful test of the live index (hypothesis ``RuleBasedStateMachine``).
 
-The machine drives a :class:`~index.live.LiveIndex` through inserts, deletes, re-inserts of
+The machine drives a :class:`~index.storage.live.LiveIndex` through inserts, deletes, re-inserts of
 deleted ids, explicit and background merges, crashes and injected storage faults, and compares
 every search with brute force over a plain dict (``tests/storage_model.py``) after every step:
 range search at radius 0, 1, 2 and k-NN for k = 1..5, ordered by (distance, id), for a few fixed
 queries plus every live code, and ``ntotal``.
 
-Crashes are :class:`~index.fsio.SimulatedCrash` raised at a chosen storage call (the n-th call
+Crashes are :class:`~index.storage.fsio.SimulatedCrash` raised at a chosen storage call (the n-th call
 of an add, a delete, a merge or of recovery itself, a write possibly half done) or between
 operations; the object is then abandoned without ``close()`` and the index reopened from the
 directory. Background merges are joined and switched off while a crash or a fault is armed, so
@@ -41,10 +41,10 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from storage_model import Model, assert_matches, clustered_pool, resolve
 
-from bucketsearch.index import fsio
-from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
-from bucketsearch.index.live import DuplicateIdError, LiveIndex
-from bucketsearch.index.wal import AppendFailed, LogFailed
+from bucketsearch.index.storage import fsio
+from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
+from bucketsearch.index.storage.live import DuplicateIdError, LiveIndex
+from bucketsearch.index.storage.wal import AppendFailed, LogFailed
 
 ID_SPACE = 10  # small: conflicts, deletes of present ids and re-inserts happen often
 POOL = 24

@@ -13,7 +13,7 @@ from bucketsearch.index.metrics import (Conventions, auprc, evaluate, hamming_hi
 from bucketsearch.index.metrics.ramap import ball_probes
 from bucketsearch.index.metrics.space import (code_utilization, empty_ball_queries,
                                               mean_empty_buckets)
-from bucketsearch.index.relevance import dense, from_graded_matrix, from_labels
+from bucketsearch.index.evaluation.relevance import dense, from_graded_matrix, from_labels
 
 
 # ---------------------------------------------------------------- RAMAP worked example
@@ -279,7 +279,7 @@ def test_query_blocks_and_db_chunks_agree_with_naive():
     # > CHUNK db items and > BLOCK_QUERIES queries: every chunk/block boundary is crossed;
     # the same relevance as class labels and as explicit pairs (CSR) must give the same sums
     from bucketsearch.index.metrics.histogram import BLOCK_QUERIES, CHUNK
-    from bucketsearch.index.relevance import from_pairs
+    from bucketsearch.index.evaluation.relevance import from_pairs
     rng = np.random.default_rng(11)
     nb, nq = CHUNK * 2 + 123, BLOCK_QUERIES * 2 + 5
     db = rng.integers(0, 2, (nb, 8))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from bucketsearch.index.metrics import (Conventions, hamming_histograms, mlgap, radius_metrics,
                                         ranking_metrics)
-from bucketsearch.index.relevance import dense, from_labels
+from bucketsearch.index.evaluation.relevance import dense, from_labels
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

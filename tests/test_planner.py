@@ -8,7 +8,7 @@ from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import PLAN_MODES, AutoIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.synth import clustered_codes, queries_near
+from bucketsearch.index.evaluation.synth import clustered_codes, queries_near
 from tests.test_mih import BITS, RADII, check_same, make_data
 
 

@@ -1,7 +1,7 @@
 """Creating and deleting an index under a storage fault or a crash at every storage call
 (issue 10): create and delete either happen whole or not at all, an error leaves the index
 as it was (writable again), and a restart sees exactly one of the two outcomes with no hidden
-leftovers. Faults are injected beneath the real code (:mod:`bucketsearch.index.fsio`)."""
+leftovers. Faults are injected beneath the real code (:mod:`bucketsearch.index.storage.fsio`)."""
 from __future__ import annotations
 
 import errno
@@ -11,8 +11,8 @@ import pytest
 
 from bucketsearch.app.registry import Registry
 from bucketsearch.app.settings import Settings
-from bucketsearch.index import fsio
-from bucketsearch.index.fsio import FaultPlan, SimulatedCrash
+from bucketsearch.index.storage import fsio
+from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
 
 XQ = np.array([[7], [9]], dtype=np.uint64)
 

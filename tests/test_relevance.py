@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bucketsearch.index import relevance as R
+from bucketsearch.index.evaluation import relevance as R
 
 
 def test_class_labels():

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.codes import pack_bits, to_hex, to_packed
-from bucketsearch.index.live import with_probe_limit
+from bucketsearch.index.storage.live import with_probe_limit
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.probe import HammingIndex, ResultLimitError

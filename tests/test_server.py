@@ -2,7 +2,6 @@
 auth, metrics, cost model, evaluate."""
 from __future__ import annotations
 
-import time
 
 import naive
 import numpy as np
@@ -301,7 +300,7 @@ def test_metrics_exposition(client, filled):
 
 
 def test_evaluate_matches_the_toolkit_in_process(client, filled):
-    from bucketsearch.index import relevance
+    from bucketsearch.index.evaluation import relevance
     from bucketsearch.index.metrics import evaluate
 
     words, ids = filled

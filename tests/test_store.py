@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bucketsearch.index.probe import HammingIndex
-from bucketsearch.index.store import FORMAT_VERSION, load_arrays, save_arrays
+from bucketsearch.index.storage.store import FORMAT_VERSION, load_arrays, save_arrays
 
 
 def test_roundtrip_and_overwrite(tmp_path):

@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 
 from bucketsearch.app.main import create_app
 from bucketsearch.app.settings import Settings
-from bucketsearch.index import catalog
+from bucketsearch.index.storage import catalog
 from bucketsearch.index.codes import to_hex
-from bucketsearch.index.live import LiveIndex
-from bucketsearch.index.repair import repair
+from bucketsearch.index.storage.live import LiveIndex
+from bucketsearch.index.storage.repair import repair
 
 ROOT = Path(__file__).resolve().parents[1]
 

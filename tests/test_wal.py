@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bucketsearch.index import wal
-from bucketsearch.index.wal import MAGIC, Op, WriteAheadLog, replay
+from bucketsearch.index.storage import wal
+from bucketsearch.index.storage.wal import MAGIC, Op, WriteAheadLog, replay
 
 
 def _ops(rng, n_ops=6, w=2):

@@ -37,7 +37,7 @@ from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
 from bucketsearch.app.schemas import (SearchRequest, SearchResponse, error_responses,
                                       json_or_octet_body)
-from bucketsearch.index.live import with_probe_limit
+from bucketsearch.index.storage.live import with_probe_limit
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"],

@@ -104,7 +104,7 @@ def _parse_ks(text: str) -> list[int]:
 
 
 def _load(path: str, what: str) -> np.ndarray:
-    from bucketsearch.index.datasets import load_array
+    from bucketsearch.index.evaluation.datasets import load_array
     try:
         return load_array(path)
     except FileNotFoundError:
@@ -212,7 +212,7 @@ def load_measured_cost(path: str, radius_max: int) -> tuple[list[float], str]:
 
 
 def _relevance(args, nq: int, nb: int):
-    from bucketsearch.index import relevance as rel
+    from bucketsearch.index.evaluation import relevance as rel
     given = [name for name, v in (("labels", args.db_labels or args.query_labels),
                                   ("relevance-matrix", args.relevance_matrix),
                                   ("relevant-pairs", args.relevant_pairs),

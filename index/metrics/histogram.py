@@ -9,7 +9,7 @@ For query ``q`` and distance ``d = 0..Q`` the kernel counts
 * ``gain_exp[q, d]``: the sum of ``2^g - 1`` (the NDCG gain).
 
 Relevance is read on the fly per (query, item) from compact label arrays
-(:mod:`index.relevance`), so nothing of size ``nq x nb`` is ever allocated: memory is
+(:mod:`index.evaluation.relevance`), so nothing of size ``nq x nb`` is ever allocated: memory is
 ``O(nq * (Q + 1))`` plus ``O(nb)`` per thread for the optional as-ranked pass.
 
 As-ranked metrics need the order (distance, db index). The pass visits items in db index order,
@@ -35,7 +35,7 @@ from numba import prange
 
 from bucketsearch.index._jit import njit, pjit, popcount64
 from bucketsearch.index.codes import as_words
-from bucketsearch.index.relevance import Relevance
+from bucketsearch.index.evaluation.relevance import Relevance
 
 #: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k,
 #: weighted-AP numerator

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index import fsio
+from bucketsearch.index.storage import fsio
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"

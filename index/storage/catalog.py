@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from bucketsearch.index import fsio
+from bucketsearch.index.storage import fsio
 
 META = "index.json"
 LOCK = "LOCK"

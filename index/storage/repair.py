@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bucketsearch.index import catalog
-from bucketsearch.index.live import LiveIndex
+from bucketsearch.index.storage import catalog
+from bucketsearch.index.storage.live import LiveIndex
 
 HELP = "salvage a corrupt index: keep every intact WAL record, report what was lost"
 EPILOG = """examples:

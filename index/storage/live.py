@@ -20,8 +20,8 @@ the threshold (also at start-up); a failed background merge is retried after a b
 Recovery (in the constructor): the newest snapshot that verifies and has every later WAL
 segment (or the empty index when the log starts at segment 0), then those segments in order.
 A torn tail of the newest segment is cut (the bytes kept in ``.broken-<offset>``); any other
-damage raises :class:`~index.wal.CorruptLogError` or :class:`CorruptIndexError` and changes
-nothing. Storage faults on writes: see :mod:`index.wal` (an error means nothing was
+damage raises :class:`~index.storage.wal.CorruptLogError` or :class:`CorruptIndexError` and changes
+nothing. Storage faults on writes: see :mod:`index.storage.wal` (an error means nothing was
 acknowledged; a log that cannot be restored makes the index refuse writes, ``failed``).
 """
 from __future__ import annotations
@@ -40,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index import fsio
+from bucketsearch.index.storage import fsio
 from bucketsearch.index.codes import as_words, check_bits, n_words
 from bucketsearch.index.factory import check_served_mode, load_index, make_index
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail,
+from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail,
                                     list_segments, record, salvage, scan_segment)
 
 log = logging.getLogger(__name__)

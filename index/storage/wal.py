@@ -28,7 +28,7 @@ Guarantees (tested in tests/test_wal.py and tests/test_faults.py):
   the current segment.
 
 Segments are numbered (``wal-00000007.log``); a snapshot records the last segment it contains
-and recovery replays the later ones in order (see :mod:`index.live`).
+and recovery replays the later ones in order (see :mod:`index.storage.live`).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index import fsio
+from bucketsearch.index.storage import fsio
 
 MAGIC = b"BSWAL001"
 HEADER = struct.Struct("<II")  # payload length, crc32(payload)

@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
 
 def strategies(xb, xq, bits: int, seed: int) -> dict:
     """name -> (db codes, query codes) for LSH, LSH-SE (s=1, 8), LSH-DE (s=1)."""
-    from bucketsearch.index.coding import different_extension, lsh_codes, same_extension
+    from bucketsearch.index.evaluation.coding import different_extension, lsh_codes, same_extension
     b, q = lsh_codes(xb, xq, bits, seed=seed)
     return {
         "LSH": (b, q),
@@ -49,10 +49,10 @@ def strategies(xb, xq, bits: int, seed: int) -> dict:
 def compute(bits: int = 8, radius_max: int = 4, seed: int = 0, n_db: int = 59_000,
             n_queries: int = 1_000) -> dict:
     """MAP, precision, recall and RAMAP by radius for each strategy, and the claim checks."""
-    from bucketsearch.index.datasets import synthetic_cifar
+    from bucketsearch.index.evaluation.datasets import synthetic_cifar
     from bucketsearch.index.metrics import (hamming_histograms, radius_metrics, ramap,
                                             ranking_metrics)
-    from bucketsearch.index.relevance import from_labels
+    from bucketsearch.index.evaluation.relevance import from_labels
 
     data = synthetic_cifar(seed=seed, n_db=n_db, n_queries=n_queries)
     rel = from_labels(data.yq, data.yb)
