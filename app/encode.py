@@ -103,22 +103,3 @@ def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
     nq = len(lims) - 1
     return b"".join((np.uint64(nq).astype("<u8").tobytes(), lims.astype("<i8").tobytes(),
                      I.astype("<i8").tobytes(), D.astype("<i4").tobytes()))
-
-
-def decode_results_binary(buf: bytes):
-    """``(lims, D, I)`` from a :func:`results_binary` answer; ValueError when the sizes do not
-    add up."""
-    if len(buf) < 16:
-        raise ValueError(f"binary results: {len(buf)} bytes, fewer than the 16 of an empty answer")
-    nq = int(np.frombuffer(buf, dtype="<u8", count=1)[0])
-    if 8 + 8 * (nq + 1) > len(buf):
-        raise ValueError(f"binary results: nq={nq} does not fit in {len(buf)} bytes")
-    lims = np.frombuffer(buf, dtype="<i8", count=nq + 1, offset=8).astype(np.int64)
-    n = int(lims[-1])
-    start = 8 + 8 * (nq + 1)
-    if n < 0 or len(buf) != start + 12 * n:
-        raise ValueError(f"binary results: {len(buf)} bytes, expected {start + 12 * max(n, 0)} "
-                         f"for nq={nq} and n={n}")
-    I = np.frombuffer(buf, dtype="<i8", count=n, offset=start).astype(np.int64)
-    D = np.frombuffer(buf, dtype="<i4", count=n, offset=start + 8 * n).astype(np.int32)
-    return lims, D, I

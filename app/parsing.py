@@ -32,9 +32,9 @@ def wants_binary(accept: str) -> bool:
     return accept.split(",")[0].split(";")[0].strip().lower() == "application/octet-stream"
 
 
-def unsupported_media_type(ctype: str) -> HTTPException:
-    return HTTPException(415, f"Content-Type {ctype!r} is not supported; allowed: "
-                              "application/json, application/octet-stream")
+def unsupported_media_type(ctype: str, allowed: str = "application/json, "
+                           "application/octet-stream") -> HTTPException:
+    return HTTPException(415, f"Content-Type {ctype!r} is not supported; allowed: {allowed}")
 
 
 def check_batch(n: int, settings, field: str) -> None:
@@ -148,9 +148,9 @@ def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
             raise ValueError(f"body: {len(body)} bytes is not a positive multiple of {nb} (one "
                              f"packed {bits}-bit code per query)")
         check_batch(len(body) // nb, settings, "body")
-        if (params["max_distance"] is None) == (params["k"] is None):
-            raise ValueError("max_distance: give exactly one of the query parameters "
-                             "max_distance (radius search) or k (k-NN)")
+        if params["max_distance"] is None and params["k"] is None:
+            raise ValueError("max_distance: give the query parameter max_distance (radius "
+                             "search), k (k-NN) or both (the k nearest within max_distance)")
         if params["k"] is not None:
             check_knn(len(body) // nb, params["k"], settings)
         try:

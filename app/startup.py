@@ -75,17 +75,19 @@ def _codes(bits: int, n: int, seed: int) -> np.ndarray:
 
 
 def _search_every_way(live, xq: np.ndarray) -> None:
-    """Radius and k-NN searches as the search endpoint runs them, stats on and off, with the
-    probe guard lowered (k-NN then ranks by a scan) and k above the item count, each answer
-    written as JSON and binary."""
+    """Radius, k-NN and top-k-within-a-radius searches as the search endpoint runs them, stats
+    on and off, with the probe guard lowered (k-NN then ranks by a scan) and k above the item
+    count, each answer written as JSON and binary."""
     from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
     for stats in (False, True):
         for radius, max_probes in ((1, None), (0, 1)):
             lims, D, I, _ = live.range_search(xq, radius, stats=stats, max_probes=max_probes)
             results_json(lims, D, I)
             results_binary(lims, D, I)
-        for k, max_probes in ((3, None), (3, 1), (2 * WARM_ITEMS, None)):
-            D, I, _ = live.search(xq, k, stats=stats, max_probes=max_probes)
+        for k, max_probes, max_distance in ((3, None, None), (3, 1, None),
+                                            (2 * WARM_ITEMS, None, None), (3, None, 1)):
+            D, I, _ = live.search(xq, k, max_distance=max_distance, stats=stats,
+                                  max_probes=max_probes)
             lims, D, I = knn_to_csr(D, I)
             results_json(lims, D, I)
             results_binary(lims, D, I)

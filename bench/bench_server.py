@@ -41,7 +41,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bucketsearch.app.encode import decode_results_binary  # noqa: E402
+from bucketsearch.loadtest.wire import decode_binary_results as decode_results_binary  # noqa: E402
 from bucketsearch.index.codes import to_hex  # noqa: E402
 from bucketsearch.index.probe import HammingIndex  # noqa: E402
 

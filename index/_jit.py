@@ -44,40 +44,27 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
 llvm_binding.add_symbol("clock_gettime", ctypes.cast(_libc.clock_gettime, ctypes.c_void_p).value)
 
 
-@intrinsic
-def popcount64(typingctx, x):
-    """Number of set bits of a 64-bit integer."""
-    sig = types.int64(types.uint64)
+def _word_intrinsic(name: str, result, emit, doc: str):
+    """An intrinsic ``name(x: uint64) -> result`` whose body is ``emit(builder, x)``."""
 
-    def codegen(context, builder, signature, args):
-        (val,) = args
-        return builder.ctpop(val)
+    def typer(typingctx, x):
+        def codegen(context, builder, signature, args):
+            return emit(builder, args[0])
 
-    return sig, codegen
+        return result(types.uint64), codegen
 
-
-@intrinsic
-def ctz64(typingctx, x):
-    """Number of trailing zero bits of a nonzero 64-bit integer."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        (val,) = args
-        return builder.cttz(val, ir.Constant(ir.IntType(1), 1))
-
-    return sig, codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def clz64(typingctx, x):
-    """Number of leading zero bits of a 64-bit integer (64 for 0)."""
-    sig = types.uint64(types.uint64)
-
-    def codegen(context, builder, signature, args):
-        (val,) = args
-        return builder.ctlz(val, ir.Constant(ir.IntType(1), 0))
-
-    return sig, codegen
+_I1 = ir.IntType(1)
+popcount64 = _word_intrinsic("popcount64", types.int64, lambda b, x: b.ctpop(x),
+                             "Number of set bits of a 64-bit integer.")
+ctz64 = _word_intrinsic("ctz64", types.uint64, lambda b, x: b.cttz(x, ir.Constant(_I1, 1)),
+                        "Number of trailing zero bits of a nonzero 64-bit integer.")
+clz64 = _word_intrinsic("clz64", types.uint64, lambda b, x: b.ctlz(x, ir.Constant(_I1, 0)),
+                        "Number of leading zero bits of a 64-bit integer (64 for 0).")
 
 
 @intrinsic
@@ -98,6 +85,34 @@ def monotonic_ns(typingctx):
         return builder.add(builder.mul(sec, i64(1_000_000_000)), nsec)
 
     return sig, codegen
+
+
+def _python_twins():
+    """The four intrinsics as plain Python, same result types: with ``NUMBA_DISABLE_JIT=1``
+    every kernel runs as Python (``make coverage-kernels`` measures the kernel bodies that
+    way), and an intrinsic cannot run there."""
+    import time
+
+    import numpy as np
+
+    def popcount64(x):
+        return np.int64(int(x).bit_count())
+
+    def ctz64(x):
+        x = int(x)
+        return np.uint64((x & -x).bit_length() - 1)
+
+    def clz64(x):
+        return np.uint64(64 - int(x).bit_length())
+
+    def monotonic_ns():
+        return np.int64(time.monotonic_ns())
+
+    return {f.__name__: f for f in (popcount64, ctz64, clz64, monotonic_ns)}
+
+
+if numba.config.DISABLE_JIT:
+    globals().update(_python_twins())  # rebinds popcount64, ctz64, clz64 and monotonic_ns
 
 
 def default_threads() -> int:

@@ -78,47 +78,96 @@ def probe_counts(bits: int, max_radius: int) -> list[int]:
     return [math.comb(bits, r) for r in range(max_radius + 1)]
 
 
+#: Distinct plans kept by :meth:`SearchStats.concat` when its parts ran different plans.
+MAX_PLANS = 16
+#: Per-radius arrays of :class:`SearchStats` beyond :data:`STAT_FIELDS` (multi-index hashing).
+CANDIDATE_FIELDS = ("candidates", "unique_candidates")
+
+
 @dataclass
 class SearchStats:
-    """Per-query, per-radius accounting of a search; every array is ``(nq, R + 1)`` int64."""
+    """Per-query, per-radius accounting of a search (the same fields through every layer:
+    engine, planner, live index, HTTP ``stats``).
+
+    Per radius ``r`` (arrays ``(nq, R + 1)`` int64, row ``r`` valid for ``r < radii[q]``):
+    ``probes`` (bucket lookups of that radius: ``C(Q, r)`` for a single table, the substring
+    probes of radius step ``r`` for multi-index hashing, 0 for a scan or a radius a k-NN query
+    answered by scanning), ``nonempty_buckets``, ``empty_buckets = probes - nonempty_buckets``,
+    ``items`` (results at distance exactly ``r``) and ``lookup_ns`` (in-kernel clock).
+
+    Per query: ``radii`` (``(nq,)``: the radii searched are ``0 .. radii[q] - 1``, so the list
+    of radii searched is ``range(radii[q])``), ``total_ns`` (whole query), ``scanned_from``
+    (k-NN: the radius from which the query ranked codes by a scan instead of probing, -1: none).
+    Multi-index hashing adds ``candidates`` and ``unique_candidates`` ``(nq, R + 1)`` (substring
+    bucket entries examined / first visits); the planner adds ``plan`` (the path that ran and the
+    predicted costs that chose it); the live index adds ``delta_items`` (items of the delta
+    segment scanned linearly per query) and ``delta_ns`` (wall-clock ns of that scan, batch).
+    """
 
     probes: np.ndarray
     nonempty_buckets: np.ndarray
     empty_buckets: np.ndarray
     items: np.ndarray
     lookup_ns: np.ndarray
-    radii: np.ndarray      # (nq,) number of radii searched (0..radii-1)
-    total_ns: np.ndarray   # (nq,) whole query time
+    radii: np.ndarray
+    total_ns: np.ndarray
+    candidates: np.ndarray | None = None
+    unique_candidates: np.ndarray | None = None
+    scanned_from: np.ndarray | None = None
+    plan: dict | None = None
+    delta_items: int = 0
+    delta_ns: int = 0
 
-    # Optional extras, None unless the index sets them. They are plain attributes, not dataclass
-    # fields, so code that rebuilds a SearchStats from its fields keeps working unchanged.
-    #: multi-index hashing: (nq, R + 1) substring-bucket entries examined / first visits
-    candidates = None
-    unique_candidates = None
-    #: planner (mode "auto"): which path ran and the predicted costs that chose it
-    plan = None
-    #: k-NN: (nq,) the radius from which a query ranked the codes by a scan instead (-1: none)
-    scanned_from = None
-    #: live index: items of the delta segment scanned linearly per query, and the wall-clock ns
-    #: of that scan for the whole batch (the delta has no buckets, so no per-radius counters)
-    delta_items = 0
-    delta_ns = 0
-    OPTIONAL_FIELDS = ("candidates", "unique_candidates")
+    #: fields holding one row per query (what :meth:`rows`, :meth:`concat`, :meth:`scatter` move)
+    PER_QUERY = STAT_FIELDS + ("radii", "total_ns") + CANDIDATE_FIELDS + ("scanned_from",)
+
+    def radius_fields(self) -> tuple[str, ...]:
+        """Per-radius fields this search recorded: :data:`STAT_FIELDS` plus the candidate
+        counts when the engine is multi-index hashing."""
+        return STAT_FIELDS + tuple(f for f in CANDIDATE_FIELDS if getattr(self, f) is not None)
 
     def per_query(self, i: int) -> list[dict]:
-        """Records ``{"radius", "probes", "nonempty_buckets", ...}`` of query ``i`` (plus
-        ``candidates`` and ``unique_candidates`` when the index records them)."""
-        names = STAT_FIELDS + tuple(f for f in self.OPTIONAL_FIELDS
-                                    if getattr(self, f) is not None)
+        """Records ``{"radius", "probes", "nonempty_buckets", ...}`` of query ``i``, one per
+        radius searched (plus ``candidates`` and ``unique_candidates`` when recorded)."""
+        names = self.radius_fields()
         return [{"radius": r, **{f: int(getattr(self, f)[i, r]) for f in names}}
                 for r in range(int(self.radii[i]))]
 
+    def _with_rows(self, rows: dict) -> SearchStats:
+        return SearchStats(**rows, plan=self.plan, delta_items=self.delta_items,
+                           delta_ns=self.delta_ns)
+
+    def rows(self, mask) -> SearchStats:
+        """The statistics of the queries selected by ``mask`` (boolean or index array)."""
+        return self._with_rows({name: None if getattr(self, name) is None
+                                else getattr(self, name)[mask] for name in self.PER_QUERY})
+
+    def scatter(self, nq: int, sel: np.ndarray) -> SearchStats:
+        """The statistics of ``nq`` queries, these rows at positions ``sel`` (the others 0, and
+        -1 for ``scanned_from``)."""
+        out = {}
+        for name in self.PER_QUERY:
+            arr = getattr(self, name)
+            if arr is not None:
+                full = np.full((nq,) + arr.shape[1:], -1 if name == "scanned_from" else 0,
+                               dtype=arr.dtype)
+                full[sel] = arr
+                arr = full
+            out[name] = arr
+        return self._with_rows(out)
+
     @classmethod
     def concat(cls, parts: list[SearchStats]) -> SearchStats:
+        """The queries of ``parts`` one after the other; per-radius arrays zero-padded to the
+        widest. A field is kept when every part has it; ``plan`` is the parts' common plan, or
+        ``{"mode": "mixed", "modes": [...], "plans": [...]}`` (the first :data:`MAX_PLANS`
+        distinct ones) when they ran different plans; the delta figures are summed."""
         width = max(p.probes.shape[1] for p in parts)
 
         def stack(name):
             arrays = [getattr(p, name) for p in parts]
+            if any(a is None for a in arrays):
+                return None
             if arrays[0].ndim == 1:
                 return np.concatenate(arrays)
             out = np.zeros((sum(len(a) for a in arrays), width), dtype=arrays[0].dtype)
@@ -128,11 +177,29 @@ class SearchStats:
                 row += len(a)
             return out
 
-        out = cls(**{name: stack(name) for name in cls.__dataclass_fields__})
-        for name in cls.OPTIONAL_FIELDS:
-            if all(getattr(p, name) is not None for p in parts):
-                setattr(out, name, stack(name))
-        return out
+        plans = []  # the distinct plans, at most MAX_PLANS kept
+        for p in parts:
+            if p.plan is not None and len(plans) < MAX_PLANS and \
+                    not any(p.plan is pl or p.plan == pl for pl in plans):
+                plans.append(p.plan)
+        plan = None if not plans else plans[0] if len(plans) == 1 else {
+            "mode": "mixed", "modes": sorted({pl["mode"] for pl in plans}), "plans": plans}
+        return cls(**{name: stack(name) for name in cls.PER_QUERY}, plan=plan,
+                   delta_items=sum(p.delta_items for p in parts),
+                   delta_ns=sum(p.delta_ns for p in parts))
+
+
+def stats_from_chunks(rest: list[tuple]) -> SearchStats:
+    """One :class:`SearchStats` from the kernels' chunk outputs ``(stats, radii, total_ns,
+    scanned_from, ...)``, ``stats`` of shape ``(5 or 7, nq_chunk, R + 1)`` (rows
+    :data:`STAT_FIELDS`, then :data:`CANDIDATE_FIELDS`), cut to the widest radius reached."""
+    radii = np.concatenate([r[1] for r in rest])
+    width = max(int(radii.max(initial=0)), 1)
+    st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :width]
+    extra = dict(zip(CANDIDATE_FIELDS, st[len(STAT_FIELDS):]))
+    return SearchStats(*st[:len(STAT_FIELDS)], radii=radii,
+                       total_ns=np.concatenate([r[2] for r in rest]),
+                       scanned_from=np.concatenate([r[3] for r in rest]), **extra)
 
 
 def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
@@ -186,7 +253,25 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
 
 
 class IndexBase:
-    """What every index shares: ids, codes, validation, add/remove, the result layouts."""
+    """What every index shares: ids, codes, validation, add/remove, the result layouts.
+
+    Result layouts, produced by the kernels already ordered by (distance, id) and never sorted
+    again: ``range_search`` gives faiss's CSR ``(lims, D, I)`` (query ``q`` owns
+    ``lims[q]:lims[q+1]``), ``search`` gives ``(D, I)`` of shape ``(nq, k)`` padded with -1.
+
+    ``probe_count(max_distance, nq=1)`` has one meaning in every engine: the bucket lookups one
+    query of a radius-``max_distance`` search makes in that engine (Python int, exact):
+
+    * single table (:class:`~index.probe.HammingIndex`): ``sum_{r<=R} C(Q, r)``;
+    * multi-index hashing (:class:`~index.mih.MultiIndex`): the substring probes of its radius
+      steps, ``sum_j sum_{s <= floor((R - j)/m)} C(w_j, s)``;
+    * linear scan (:class:`~index.scan.LinearScan`): 0 (it reads all ``ntotal`` items instead);
+    * planner (:class:`~index.planner.AutoIndex`): the count of the engine its plan for a batch
+      of ``nq`` queries runs (so at most ``max_probes``: over-limit plans are never chosen).
+
+    It is what a probe budget is charged and what ``stats.probes`` sums to over the radii of a
+    range search.
+    """
 
     kind = ""
     legacy_kinds: tuple[str, ...] = ()
@@ -252,14 +337,34 @@ class IndexBase:
             self._rebuild(self.words[keep], self.ids[keep])
         return removed
 
-    def _knn_csr(self, xq, k, stats):
-        return self._run(xq, self.bits, k, stats)
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout, each
+        query's results ordered by (distance, id); with ``stats``, a fourth item
+        :class:`SearchStats`.
 
-    def planned_probe_count(self, max_distance: int, nq: int = 1) -> int:
-        """Bucket lookups per query of the radius search this index would run for a batch of
-        ``nq`` queries (what a probe budget is charged): :meth:`probe_count` of the engine that
-        runs it (the planner: of the plan it chooses; a linear scan: 0)."""
-        return self.probe_count(max_distance)
+        ``max_results`` caps the total number of results of the batch: the kernels stop once
+        it is passed and :class:`ResultLimitError` is raised (memory stays within about
+        threads x ``max_results`` results). A probing engine whose radius-``max_distance``
+        probe count passes its ``max_probes`` raises :class:`ProbeLimitError` before any work.
+        """
+        R, xq = self._check_range(queries, max_distance, max_results)
+        return self._run(xq, R, -1, stats, max_results)
+
+    def _check_range(self, queries, max_distance, max_results) -> tuple[int, np.ndarray]:
+        """Validated ``(R, xq)`` of a range search (radius, queries, result cap, probe limit)."""
+        R = self._check_radius(max_distance, self.bits)
+        xq = self._check_queries(queries)
+        check_max_results(max_results)
+        self._check_probe_limit(R)
+        return R, xq
+
+    def _check_probe_limit(self, R: int) -> None:
+        """Raise :class:`ProbeLimitError` when a radius-R search passes ``max_probes`` (an
+        engine without a probe limit: nothing)."""
+
+    def _knn_csr(self, xq, k, stats, max_radius):
+        return self._run(xq, max_radius, k, stats)
 
     def save(self, path) -> None:
         """Write a checksummed snapshot directory (see :mod:`index.storage.store`): the manifest's
@@ -287,9 +392,15 @@ class IndexBase:
                              f"{meta.get('ntotal')}")
         return index
 
-    def search(self, queries, k: int, stats: bool = False):
-        """Exact k-NN: ``(D, I)`` of shape ``(nq, k)``, ordered by (distance, id), padded -1."""
+    def search(self, queries, k: int, max_distance: int | None = None, stats: bool = False):
+        """Exact k-NN: ``(D, I)`` of shape ``(nq, k)``, ordered by (distance, id), padded with
+        id -1 and distance -1; with ``max_distance``, the k nearest with ``d <= max_distance``
+        (top-k within a radius: a row holds fewer than k items when fewer lie that close).
+
+        The kernels stop at ``max_distance``: probing never goes past that radius, a scan keeps
+        nothing farther. With ``stats``, a third item :class:`SearchStats`."""
         k = self._check_k(k)
-        lims, D, I, *rest = self._knn_csr(self._check_queries(queries), k, stats)
+        R = self.bits if max_distance is None else self._check_radius(max_distance, self.bits)
+        lims, D, I, *rest = self._knn_csr(self._check_queries(queries), k, stats, R)
         out_d, out_i = csr_to_knn(lims, D, I, k)
         return (out_d, out_i, *rest)

@@ -47,10 +47,12 @@ import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                                     SearchStats, check_max_results, raise_if_over, run_chunked)
+                                     check_max_results, raise_if_over, run_chunked,
+                                     stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
-from bucketsearch.index.probe import _grow, _probe_radius_word
-from bucketsearch.index.scan import _distance
+from bucketsearch.index.kernels import (CANDIDATES, LOOKUP_NS, UNIQUE_CANDIDATES, chunk_outputs,
+                                        chunk_result, counting_sort, grow, hamming, record_radius)
+from bucketsearch.index.probe import _probe_radius_word
 from bucketsearch.index.table import BucketTable, _sort_order
 
 MAX_SUBSTRING_BITS = 64
@@ -140,18 +142,13 @@ def _substrings(words, starts, widths, word_width):
 
 
 @njit(inline="always")
-def _sort_ids(a, lo, hi):
-    """Sort ``a[lo:hi]`` in place: insertion sort for short runs (no allocation), else np.sort."""
-    if hi - lo > 32:
-        a[lo:hi] = np.sort(a[lo:hi])
-        return
-    for i in range(lo + 1, hi):
-        v = a[i]
-        j = i - 1
-        while j >= lo and a[j] > v:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = v
+def _within(hist, cut):
+    """Candidates at distance ``<= cut``: ``sum(hist[:cut + 1])`` (a loop: a slice would cost
+    a refcounted view per query)."""
+    within = 0
+    for d in range(cut + 1):
+        within += hist[d]
+    return within
 
 
 @njit
@@ -159,16 +156,23 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                 with_clock, max_results, stop, codes, code_base, slots, slot_base, bitmap,
                 bitmap_base, table_shift, filter_shift, direct, offsets, offset_base, positions,
                 words, ids, stamps, stamp):
-    """Multi-index search of every query; range search when ``k < 0``, k-NN otherwise.
+    """Multi-index search of every query; range search when ``k < 0``, k-NN (the ``k``
+    nearest within ``max_radius``) otherwise.
 
-    Radius step ``R`` probes substring ``j = R mod m`` to substring radius ``floor(R/m)`` with
-    the single-table sphere enumeration (:func:`index.probe._probe_radius_word`), drops items
-    already stamped by this query and verifies the others by full distance. Range search runs
-    steps ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R``
-    (or all items seen). Returns CSR results ordered by (distance, id), statistics
-    ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which a k-NN query switched to
-    verifying every remaining item (-1: it did not), the results counted (``reached``) and the
-    last stamp used.
+    Radius step ``R`` probes substring table ``j = R mod m`` at substring radius ``floor(R/m)``
+    (:func:`index.probe._probe_radius_word`) and verifies the items of the non-empty buckets
+    (the items already stamped by this query are skipped). Range search runs steps
+    ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R`` (or
+    all items seen, or ``max_radius`` done); a k-NN step over the probe budget verifies every
+    remaining item instead. The candidates within the last step are emitted by
+    :func:`index.kernels.counting_sort`. Returns CSR results ordered by (distance, id),
+    statistics ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which a k-NN query
+    switched to verifying every remaining item (-1: it did not), the results counted
+    (``reached``) and the last stamp used.
+
+    Helpers: :func:`index.kernels.hamming` (verification), :func:`index.kernels.counting_sort`
+    (emission), :func:`index.kernels.record_radius` (statistics); see bench/RESULTS.md
+    section 8 for the speed against the single-function kernel they replaced.
 
     Result cap (range search): after every step, when the chunk's results plus the query's
     unique candidates pass ``max_results``, the candidates within ``max_radius`` are counted;
@@ -182,13 +186,8 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
     ntotal = len(ids)
     width = max_radius + 1
     qsubs = _substrings(xq, starts, widths, word_width)
-    counts = np.zeros(nq, dtype=np.int64)
-    stats = np.zeros((7, nq, width), dtype=np.int64)
-    radii = np.zeros(nq, dtype=np.int64)
-    total_ns = np.zeros(nq, dtype=np.int64)
-    scanned_from = np.full(nq, -1, dtype=np.int64)
-    out_d = np.empty(1024, dtype=np.int32)
-    out_i = np.empty(1024, dtype=np.int64)
+    counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
+        nq, UNIQUE_CANDIDATES + 1, nq, width)
     n_out = 0
     hits = np.empty(4096, dtype=np.int64)
     cand_p = np.empty(4096, dtype=np.int64)
@@ -213,27 +212,19 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
             for R in range(width):
                 j = R % m
                 r = R // m
-                # k-NN: a step over the probe budget, or probing more buckets than there are
-                # items, verifies every item not seen yet instead (a scan: exact, and cheaper)
-                scan_rest = k >= 0 and (spent + step_probes[R] > max_probes
-                                        or step_probes[R] > ntotal)
                 t0 = monotonic_ns() if with_clock else 0
                 probes = 0
                 nonempty = 0
                 cands = 0
                 before = n_cand
+                # k-NN: a step over the probe budget, or probing more buckets than there are
+                # items, verifies every item not seen yet instead (a scan: exact, and cheaper)
+                scan_rest = k >= 0 and (spent + step_probes[R] > max_probes
+                                        or step_probes[R] > ntotal)
+                spans = 0  # position ranges to verify: the non-empty buckets, or one (scan)
                 if scan_rest:
                     scanned_from[qi] = R
-                    cands = ntotal
-                    for p in range(ntotal):
-                        if stamps[p] != stamp:
-                            stamps[p] = stamp
-                            d = _distance(xq, qi, words, p, W)
-                            if n_cand < len(cand_p):
-                                cand_p[n_cand] = p
-                                cand_d[n_cand] = d
-                            n_cand += 1
-                            hist[d] += 1
+                    spans = 1
                 elif r <= widths[j]:
                     spent += step_probes[R]
                     tcodes = codes[code_base[j]:code_base[j + 1]]
@@ -246,39 +237,44 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                         if nonempty <= len(hits):
                             break
                         hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe again
-                    ob = offset_base[j]
-                    pb = j * ntotal
-                    for h in range(nonempty):
+                    spans = nonempty
+                # verification, written once for both cases and kept in the kernel: as an
+                # inlined helper called per bucket, its array arguments were refcounted at
+                # every call (NRT calls per bucket: 10-12% slower at radii 3-4 on 1M codes)
+                ob = offset_base[j]
+                pb = j * ntotal
+                for h in range(spans):
+                    lo = 0  # scan: table 0's bucket contents, every item once
+                    hi = ntotal
+                    if not scan_rest:
                         b = hits[h]
-                        lo = offsets[ob + b]
-                        hi = offsets[ob + b + 1]
-                        cands += hi - lo
-                        for t in range(lo, hi):
-                            p = positions[pb + t]
-                            if stamps[p] != stamp:
-                                stamps[p] = stamp
-                                d = _distance(xq, qi, words, p, W)
-                                if n_cand < len(cand_p):
-                                    cand_p[n_cand] = p
-                                    cand_d[n_cand] = d
-                                n_cand += 1
-                                hist[d] += 1
-                stats[0, qi, R] = probes
-                stats[1, qi, R] = nonempty
-                stats[2, qi, R] = probes - nonempty
-                stats[3, qi, R] = hist[R]
-                stats[5, qi, R] = cands
-                stats[6, qi, R] = n_cand - before
+                        lo = pb + offsets[ob + b]
+                        hi = pb + offsets[ob + b + 1]
+                    cands += hi - lo
+                    # an item this query has not seen yet (visit stamp) is a unique candidate:
+                    # its distance goes to the candidate buffers (while they have room; the
+                    # count goes on, so an overflow is detected) and to the histogram
+                    for t in range(lo, hi):
+                        p = positions[t]
+                        if stamps[p] != stamp:
+                            stamps[p] = stamp
+                            d = hamming(xq, qi, words, p, W)
+                            if n_cand < len(cand_p):
+                                cand_p[n_cand] = p
+                                cand_d[n_cand] = d
+                            n_cand += 1
+                            hist[d] += 1
+                record_radius(stats, qi, R, probes, nonempty, hist[R])
+                stats[CANDIDATES, qi, R] = cands
+                stats[UNIQUE_CANDIDATES, qi, R] = n_cand - before
                 if with_clock:
-                    stats[4, qi, R] = monotonic_ns() - t0
+                    stats[LOOKUP_NS, qi, R] = monotonic_ns() - t0
                 last = R
                 found += hist[R]
                 if k >= 0 and (found >= k or n_cand >= ntotal):
                     break
                 if k < 0 and n_out + n_cand > max_results:  # unique candidates: upper bound
-                    within = 0
-                    for d in range(max_radius + 1):
-                        within += hist[d]
+                    within = _within(hist, max_radius)
                     if n_out + within > max_results:
                         reached = n_out + within
                         break
@@ -290,37 +286,21 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
             stop[0] = 1
             break
         radii[qi] = last + 1
-        cut = last
-        if k >= 0 and n_cand >= ntotal:
-            cut = bits  # every item was seen: rank them all
-        # counting sort of the candidates within ``cut`` by distance, ids sorted per distance
-        total = 0
-        for d in range(cut + 1):
-            fill[d] = total
-            total += hist[d]
-        out_i = _grow(out_i, n_out + total)
-        out_d = _grow(out_d, n_out + total)
-        for c in range(n_cand):
-            d = cand_d[c]
-            if d <= cut:
-                out_i[n_out + fill[d]] = ids[cand_p[c]]
-                out_d[n_out + fill[d]] = d
-                fill[d] += 1
-        lo = n_out
-        for d in range(cut + 1):
-            hi = n_out + fill[d]
-            _sort_ids(out_i, lo, hi)
-            lo = hi
+        # every item seen (k-NN): rank them all, to the radius asked
+        cut = max_radius if k >= 0 and n_cand >= ntotal else last
+        within = _within(hist, cut)
+        out_i = grow(out_i, n_out + within)
+        out_d = grow(out_d, n_out + within)
+        total = counting_sort(cand_d, cand_p, n_cand, ids, hist, 0, cut, fill, out_d, out_i,
+                              n_out)
         if k >= 0 and total > k:
             total = k
         n_out += total
         counts[qi] = total
         if with_clock:
             total_ns[qi] = monotonic_ns() - t_query
-    if reached < 0:
-        reached = n_out
-    return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
-            scanned_from, reached, stamp)
+    return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from,
+                        reached) + (stamp,)
 
 
 class _StampPool:
@@ -431,8 +411,8 @@ class MultiIndex(IndexBase):
         """Exact probes of each radius step ``0..R`` (Python ints)."""
         return list(self._steps(max_distance)[0])
 
-    def probe_count(self, max_distance: int) -> int:
-        """Exact substring probes of one radius-R query:
+    def probe_count(self, max_distance: int, nq: int = 1) -> int:
+        """Exact substring probes of one radius-R query (any ``nq``):
         ``sum_j sum_{r <= floor((R - j)/m)} C(w_j, r)`` (Python int)."""
         return self._steps(max_distance)[1]
 
@@ -461,15 +441,7 @@ class MultiIndex(IndexBase):
                 flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
         lims, D, I, rest = self._chunked(xq, args)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
-        if not stats:
-            return lims, D, I
-        radii = np.concatenate([r[1] for r in rest])
-        width = max(int(radii.max(initial=0)), 1)
-        st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :width]
-        out = SearchStats(*st[:5], radii=radii, total_ns=np.concatenate([r[2] for r in rest]))
-        out.candidates, out.unique_candidates = st[5], st[6]
-        out.scanned_from = np.concatenate([r[3] for r in rest])
-        return lims, D, I, out
+        return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
 
     def _chunked(self, xq, args):
         """:func:`run_chunked` over query chunks, each with its own visit-stamp array."""
@@ -486,17 +458,10 @@ class MultiIndex(IndexBase):
 
         return run_chunked(kernel, xq, self.threads)
 
-    def range_search(self, queries, max_distance: int, stats: bool = False,
-                     max_results: int | None = None):
-        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout;
-        ``max_results`` caps the batch's results (:class:`~index.probe.ResultLimitError`)."""
-        R = self._check_radius(max_distance, self.bits)
-        xq = self._check_queries(queries)
-        check_max_results(max_results)
+    def _check_probe_limit(self, R: int) -> None:
         probes = self.probe_count(R)
         if probes > self.max_probes:
             raise MIHProbeLimitError(probes, self.max_probes, R, self.bits, self.substrings)
-        return self._run(xq, R, -1, stats, max_results)
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> tuple[dict, dict]:

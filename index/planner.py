@@ -41,8 +41,7 @@ import time
 import numpy as np
 
 from bucketsearch.index._jit import njit, popcount64
-from bucketsearch.index.base import (DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError,
-                                     check_max_results)
+from bucketsearch.index.base import DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError
 from bucketsearch.index.codes import check_bits
 from bucketsearch.index.costmodel import ExtendedModel, fit_extended, fit_paper_model
 from bucketsearch.index.mih import MultiIndex
@@ -221,14 +220,10 @@ class AutoIndex(IndexBase):
     def memory_bytes(self) -> int:
         return self.single.memory_bytes() + self.mih.memory_bytes()
 
-    def probe_count(self, max_distance: int) -> int:
-        """Single-table probes ``sum_{r<=R} C(Q, r)`` (the paper's count)."""
-        return self.single.probe_count(max_distance)
-
-    def planned_probe_count(self, max_distance: int, nq: int = 1) -> int:
-        """Bucket lookups per query of the plan a radius search of ``nq`` queries would run:
-        the chosen engine's ``probe_count`` (0 for the scan). Plans over ``max_probes`` are
-        never chosen, so this is at most ``max_probes``."""
+    def probe_count(self, max_distance: int, nq: int = 1) -> int:
+        """Bucket lookups per query of the engine the plan of a radius-``max_distance`` search
+        of ``nq`` queries runs: its ``probe_count`` (0 for the scan). Plans over
+        ``max_probes`` are never chosen, so this is at most ``max_probes``."""
         mode = self.plan(max_distance=max_distance, nq=nq)["mode"]
         return self._index_for(mode).probe_count(max_distance)
 
@@ -400,15 +395,17 @@ class AutoIndex(IndexBase):
         return out
 
     def plan(self, max_distance: int | None = None, k: int | None = None, nq: int = 1) -> dict:
-        """The plan of a batch of ``nq`` queries: a radius search (``max_distance``) or a k-NN
-        search (``k``). ``predicted_ns`` are per query, the per-call overhead spread over the
-        batch included; None marks a path that is not allowed."""
+        """The plan of a batch of ``nq`` queries: a radius search (``max_distance``), a k-NN
+        search (``k``), or both (the k nearest within ``max_distance``: planned at radius
+        ``min(R_k, max_distance)``). ``predicted_ns`` are per query, the per-call overhead
+        spread over the batch included; None marks a path that is not allowed."""
         # the limits are part of the key: a shallow copy with a lower max_probes (the server's
         # per-request limit) shares this cache
         key = (max_distance, k, nq, self.single.max_probes, self.mih.max_probes)
         if key in self._plan_cache:
             return dict(self._plan_cache[key])
-        R = max_distance if k is None else self.knn_radius(k)
+        R = max_distance if k is None else self.knn_radius(k) if max_distance is None \
+            else min(self.knn_radius(k), max_distance)
         predicted = self.predict(R)
         if k is not None and predicted["mih"] is None:
             predicted["mih"] = predicted["scan"]  # mih k-NN switches to a scan, never fails
@@ -436,9 +433,7 @@ class AutoIndex(IndexBase):
                      max_results: int | None = None):
         """Radius search by the path the planner predicts cheapest; ``stats.plan`` says which.
         ``max_results`` caps the batch's results (:class:`~index.probe.ResultLimitError`)."""
-        R = self._check_radius(max_distance, self.bits)
-        xq = self._check_queries(queries)
-        check_max_results(max_results)
+        R, xq = self._check_range(queries, max_distance, max_results)
         plan = self.plan(max_distance=R, nq=len(xq))
         plan["nq"] = len(xq)
         self.last_plan = plan
@@ -448,14 +443,15 @@ class AutoIndex(IndexBase):
             out[3].plan = plan
         return out
 
-    def _knn_csr(self, xq, k, stats):
-        plan = self.plan(k=k, nq=len(xq))
+    def _knn_csr(self, xq, k, stats, max_radius):
+        plan = self.plan(max_distance=None if max_radius == self.bits else max_radius, k=k,
+                         nq=len(xq))
         plan["nq"] = len(xq)
         order = sorted((m for m, v in plan["predicted_ns"].items() if v is not None),
                        key=lambda m: (m != plan["mode"], plan["predicted_ns"][m]))
         for mode in order:
             try:
-                out = self._index_for(mode)._knn_csr(xq, k, stats)
+                out = self._index_for(mode)._knn_csr(xq, k, stats, max_radius)
             except ProbeLimitError as exc:
                 plan.setdefault("fallbacks", []).append(f"{mode}: {str(exc).split(';')[0]}")
                 continue

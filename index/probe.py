@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index._jit import clz64, ctz64, monotonic_ns, njit, popcount64
+from bucketsearch.index._jit import clz64, ctz64, monotonic_ns, njit
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PARALLEL_MIN_QUERIES,
                                      PROBE_CAP, STAT_FIELDS, IndexBase, ProbeLimitError,
                                      ResultLimitError, SearchStats, check_max_results, csr_to_knn,
-                                     probe_counts, raise_if_over, run_chunked)
+                                     probe_counts, raise_if_over, run_chunked, stats_from_chunks)
 from bucketsearch.index.codes import word_widths
+from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
+                                        counting_sort, grow, hamming, record_radius, sort_run)
 from bucketsearch.index.table import BucketTable, find_bucket, find_bucket_word
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
@@ -41,22 +43,13 @@ def flip_masks(bits: int) -> tuple[np.ndarray, np.ndarray]:
     return flip_word, flip_mask
 
 
-@njit
-def _grow(buf, need):
-    if need <= len(buf):
-        return buf
-    out = np.empty(max(need, 2 * len(buf)), dtype=buf.dtype)
-    out[:len(buf)] = buf
-    return out
-
-
 @njit(inline="always")
 def _emit(b, r, offsets, ids, out_i, out_d, n_out):
     """Append bucket ``b``'s items at distance ``r`` to the growing result buffers."""
     lo = offsets[b]
     hi = offsets[b + 1]
-    out_i = _grow(out_i, n_out + hi - lo)
-    out_d = _grow(out_d, n_out + hi - lo)
+    out_i = grow(out_i, n_out + hi - lo)
+    out_d = grow(out_d, n_out + hi - lo)
     for t in range(lo, hi):
         out_i[n_out] = ids[t]
         out_d[n_out] = r
@@ -150,64 +143,61 @@ def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots
 
 
 @njit
-def _finish_by_scan(xq, qi, r, k, found, bits, codes, offsets, ids, bdist, stats, out_i, out_d,
-                    n_out):
+def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist, hist, fill,
+                    stats, out_i, out_d, n_out):
     """k-NN fallback: rank the distinct codes by distance instead of probing radius ``r`` on.
 
-    Buckets at distance ``>= r`` are taken, radius by radius, until ``k`` items are found in
-    all (the last radius complete, so ties stay exact by (distance, id)). Per radius the
-    statistics record ``probes = 0``, the buckets and items found there. Returns the output
-    buffers, their length and the last radius.
+    Buckets at distance ``r..max_radius`` are taken, radius by radius, until ``k`` items are
+    found in all (the last radius complete, so ties stay exact by (distance, id)); their items
+    are emitted by :func:`index.kernels.counting_sort`. Per radius the statistics record
+    ``probes = 0``, the buckets and items found there. Returns the output buffers, their
+    length and the last radius. (The candidate scratch is allocated here, once per fallback:
+    a buffer carried through the kernel's query loop costs every query its refcounting.)
     """
     nu, W = codes.shape
-    hist = np.zeros(bits + 1, dtype=np.int64)
+    hist[:] = 0
     for b in range(nu):
-        d = 0
-        for w in range(W):
-            d += popcount64(xq[qi, w] ^ codes[b, w])
+        d = hamming(xq, qi, codes, b, W)
         bdist[b] = d
         if d >= r:
             hist[d] += offsets[b + 1] - offsets[b]
     cut = r
     acc = hist[r]
-    while found + acc < k and cut < bits:
+    while found + acc < k and cut < max_radius:
         cut += 1
         acc += hist[cut]
-    # counting sort of the buckets at distance r..cut into the (grown once) output buffers
-    out_i = _grow(out_i, n_out + acc)
-    out_d = _grow(out_d, n_out + acc)
-    fill = np.empty(cut + 2, dtype=np.int64)
-    fill[r] = n_out
-    for d in range(r, cut + 1):
-        fill[d + 1] = fill[d] + hist[d]
+    cand_d = np.empty(acc, dtype=np.int32)
+    cand_p = np.empty(acc, dtype=np.int64)
+    n = 0
     for b in range(nu):
         d = bdist[b]
         if r <= d <= cut:
-            stats[1, qi, d] += 1
+            stats[NONEMPTY, qi, d] += 1
             for t in range(offsets[b], offsets[b + 1]):
-                out_i[fill[d]] = ids[t]
-                out_d[fill[d]] = d
-                fill[d] += 1
+                cand_d[n] = d
+                cand_p[n] = t
+                n += 1
+    out_i = grow(out_i, n_out + acc)
+    out_d = grow(out_d, n_out + acc)
+    total = counting_sort(cand_d, cand_p, n, ids, hist, r, cut, fill, out_d, out_i, n_out)
     for d in range(r, cut + 1):
-        lo = fill[d] - hist[d]
-        if hist[d] > 1:
-            out_i[lo:fill[d]] = np.sort(out_i[lo:fill[d]])
-        stats[3, qi, d] = hist[d]
-    return out_i, out_d, n_out + acc, cut
+        stats[ITEMS, qi, d] = hist[d]
+    return out_i, out_d, n_out + total, cut
 
 
 @njit
 def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max_probes,
                   with_clock, max_results, stop, codes, slots, bitmap, table_shift,
                   filter_shift, direct, offsets, ids):
-    """Probe every query's Hamming ball; range search when ``k < 0``, k-NN otherwise.
+    """Probe every query's Hamming ball to ``max_radius``; range search when ``k < 0``, k-NN
+    (the ``k`` nearest within ``max_radius``) otherwise.
 
-    k-NN grows the radius until ``k`` items are found. When the next radius would take a query
-    over ``max_probes``, or probe more buckets than there are distinct codes, the query ranks
-    the distinct codes by distance instead (:func:`_finish_by_scan`: exact, and cheaper), so
-    k-NN never fails. Returns CSR results (counts, distances, ids) sorted by (distance, id) per
-    query, the per-radius statistics, per query the radius from which it scanned (-1: none),
-    and the results counted (``reached``).
+    k-NN grows the radius until ``k`` items are found or ``max_radius`` is done. When the next
+    radius would take a query over ``max_probes``, or probe more buckets than there are distinct
+    codes, the query ranks the distinct codes by distance instead (:func:`_finish_by_scan`:
+    exact, and cheaper), so k-NN never fails. Returns CSR results (counts, distances, ids)
+    sorted by (distance, id) per query, the per-radius statistics, radii, total_ns, per query
+    the radius from which it scanned (-1: none), and the results counted (``reached``).
 
     Result cap (range search): before a bucket's items are emitted, the chunk's result count
     plus the bucket's size is compared with ``max_results``; past it the kernel stops, sets
@@ -219,14 +209,11 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
     ntotal = len(ids)
     n_codes = codes.shape[0]
     width = max_radius + 1
-    counts = np.zeros(nq, dtype=np.int64)
-    stats = np.zeros((5, nq, width), dtype=np.int64)
-    radii = np.zeros(nq, dtype=np.int64)
-    total_ns = np.zeros(nq, dtype=np.int64)
-    scanned_from = np.full(nq, -1, dtype=np.int64)
-    out_d = np.empty(1024, dtype=np.int32)
-    out_i = np.empty(1024, dtype=np.int64)
+    counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
+        nq, len(STAT_FIELDS), nq, width)
     bdist = np.empty(0, dtype=np.int16)
+    hist = np.zeros(bits + 2, dtype=np.int64)
+    fill = np.zeros(bits + 2, dtype=np.int64)
     n_out = 0
     cur = np.empty(W, dtype=np.uint64)
     pos = np.empty(max(max_radius, 1), dtype=np.int64)
@@ -245,11 +232,11 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
                     bdist = np.empty(n_codes, dtype=np.int16)
                 scanned_from[qi] = r
                 out_i, out_d, n_out, last = _finish_by_scan(
-                    xq, qi, r, k, n_out - start, bits, codes, offsets, ids, bdist, stats,
-                    out_i, out_d, n_out)
+                    xq, qi, r, k, n_out - start, max_radius, codes, offsets, ids, bdist, hist,
+                    fill, stats, out_i, out_d, n_out)
                 if with_clock:
                     t_now = monotonic_ns()
-                    stats[4, qi, r] = t_now - t_prev  # the whole scan, charged to radius r
+                    stats[LOOKUP_NS, qi, r] = t_now - t_prev  # the whole scan, charged to r
                     t_prev = t_now
                 radii[qi] = last + 1
                 break
@@ -275,15 +262,11 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
                 out_i, out_d, n_out = _emit(b, r, offsets, ids, out_i, out_d, n_out)
             if reached >= 0:
                 break
-            if n_out - seg > 1:
-                out_i[seg:n_out] = np.sort(out_i[seg:n_out])
-            stats[0, qi, r] = probes
-            stats[1, qi, r] = nonempty
-            stats[2, qi, r] = probes - nonempty
-            stats[3, qi, r] = n_out - seg
+            sort_run(out_i, seg, n_out)
+            record_radius(stats, qi, r, probes, nonempty, n_out - seg)
             if with_clock:
                 t_now = monotonic_ns()
-                stats[4, qi, r] = t_now - t_prev
+                stats[LOOKUP_NS, qi, r] = t_now - t_prev
                 t_prev = t_now
             radii[qi] = r + 1
             if k >= 0 and (n_out - start >= k or n_out - start >= ntotal):
@@ -296,10 +279,8 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             n_out = start + k
         counts[qi] = n_out - start
         total_ns[qi] = t_prev - t_query
-    if reached < 0:
-        reached = n_out
-    return (counts, out_d[:n_out].copy(), out_i[:n_out].copy(), stats, radii, total_ns,
-            scanned_from, reached)
+    return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from,
+                        reached)
 
 
 class HammingIndex(IndexBase):
@@ -353,8 +334,8 @@ class HammingIndex(IndexBase):
     def memory_bytes(self) -> int:
         return self.table.memory_bytes()
 
-    def probe_count(self, max_distance: int) -> int:
-        """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query."""
+    def probe_count(self, max_distance: int, nq: int = 1) -> int:
+        """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
         return sum(probe_counts(self.bits, max_distance))
 
     def _run(self, xq, max_radius, k, stats, max_results=None):
@@ -367,26 +348,9 @@ class HammingIndex(IndexBase):
         lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
                                        self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
-        if not stats:
-            return lims, D, I
-        radii = np.concatenate([r[1] for r in rest])
-        st = np.concatenate([r[0] for r in rest], axis=1)[:, :, :max(int(radii.max(initial=0)), 1)]
-        out = SearchStats(*st, radii=radii, total_ns=np.concatenate([r[2] for r in rest]))
-        out.scanned_from = np.concatenate([r[3] for r in rest])
-        return lims, D, I, out
+        return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
 
-    def range_search(self, queries, max_distance: int, stats: bool = False,
-                     max_results: int | None = None):
-        """All items with ``d <= max_distance``: ``(lims, D, I)`` in faiss's CSR layout.
-
-        ``max_results`` caps the total number of results of the batch: the kernels stop once
-        it is passed and :class:`ResultLimitError` is raised (memory stays within about
-        threads x ``max_results`` results).
-        """
-        R = self._check_radius(max_distance, self.bits)
-        xq = self._check_queries(queries)
-        check_max_results(max_results)
+    def _check_probe_limit(self, R: int) -> None:
         probes = self.probe_count(R)
         if probes > self.max_probes:
             raise ProbeLimitError(probes, self.max_probes, R, self.bits)
-        return self._run(xq, R, -1, stats, max_results)

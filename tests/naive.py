@@ -53,3 +53,12 @@ def per_radius_counts(xq, xb, bits, max_radius):
     nonempty = np.stack([(udist == r).sum(axis=1) for r in range(max_radius + 1)], axis=1)
     items = np.stack([(dist == r).sum(axis=1) for r in range(max_radius + 1)], axis=1)
     return probes, nonempty, items
+
+
+def knn_within(xq, xb, ids, bits, k, max_distance):
+    """Top-k within a radius: :func:`knn` with every entry farther than ``max_distance``
+    replaced by the padding (id -1, distance -1)."""
+    D, I = knn(xq, xb, ids, bits, k)
+    far = D > max_distance
+    D[far], I[far] = -1, -1
+    return D, I

@@ -5,23 +5,23 @@ In-process (TestClient)."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from fastapi.testclient import TestClient
+from helpers import make_app, wait_ready
 
 from bucketsearch.app.guard import OPEN, AccessPolicy
-from bucketsearch.app.main import DOCS_ASSETS_URL, access_policy, create_app
+from bucketsearch.app.main import DOCS_ASSETS_URL, access_policy
 from bucketsearch.app.metrics import LOOKUP_OCTAVES
 from bucketsearch.app.openapi import SCHEME
-from bucketsearch.app.settings import Settings
 
 WRITE_KEY, READ_KEY = "docs-write-key", "docs-read-key"
 
 
-def make_client(tmp_path, **keys) -> TestClient:
-    return TestClient(create_app(Settings(data_dir=tmp_path / "d", warmup=False,
-                                          calibration_queries=0, **keys)))
+def make_client(tmp_path, **settings) -> TestClient:
+    """The app's client, not entered yet (``with``); /docs and /openapi.json answer before the
+    app is ready, so only the tests that search wait for it."""
+    return TestClient(make_app(tmp_path / "d", **settings))
 
 
 def urls_in(html: str) -> list[str]:
@@ -91,10 +91,7 @@ def test_radius_series_stay_bounded_after_searches_at_40_radii(tmp_path):
     from bucketsearch.app.metrics import MAX_RADIUS_LABEL, RADIUS_OVERFLOW_LABEL
 
     with make_client(tmp_path, max_probes=10_000_000, max_request_probes=10_000_000) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_ready(c)
         assert c.post("/v1/indexes", json={"name": "ix", "bits": 64, "mode": "mih",
                                            "substrings": 4}).status_code == 201
         codes = [format(i * 0x9E3779B97F4A7C15 % 2**64, "016x") for i in range(50)]

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.app.encode import decode_results_binary, knn_to_csr, results_binary, results_json
+from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
+from bucketsearch.loadtest.wire import decode_binary_results as decode_results_binary
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

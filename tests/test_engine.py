@@ -77,6 +77,40 @@ def test_knn_matches_brute_force(cls, bits, n, k, seed):
     assert (D == nD).all() and (I == nI).all()
 
 
+@pytest.mark.parametrize("cls", [HammingIndex, LinearScan])
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from(BITS), n=st.integers(0, 60), k=st.integers(1, 12),
+       seed=st.integers(0, 2**31), data=st.data())
+def test_top_k_within_radius_matches_brute_force(cls, bits, n, k, seed, data):
+    """search(k, max_distance): the k nearest with d <= max_distance, padded with -1."""
+    xb, ids, xq = make_data(bits, n, 6, seed)
+    index = build(cls, bits, xb, ids)
+    R = data.draw(st.integers(0, bits))
+    D, I, st_ = index.search(xq, k, max_distance=R, stats=True)
+    nD, nI = naive.knn_within(xq, xb, ids, bits, k, R)
+    assert (D == nD).all() and (I == nI).all()
+    assert (st_.radii <= R + 1).all()  # the kernel never searched past max_distance
+    D_all, I_all = index.search(xq, k)
+    assert (I[I >= 0] == I_all[I >= 0]).all()  # a prefix of the unbounded k-NN answer
+
+
+def test_top_k_within_radius_probes_only_to_the_radius():
+    """The probing kernel stops at max_distance: no radius past it is probed, and a query
+    with nothing that close gets a padded row after probing radii 0..R only."""
+    bits = 32
+    xb, ids, _ = make_data(bits, 50, 1, 5)
+    index = build(HammingIndex, bits, xb, ids)
+    far = xb[:1] ^ np.uint64(0xFFFF0000)  # 16 bits away from item 0, far from the rest
+    D, I, st_ = index.search(far, 5, max_distance=1, stats=True)
+    assert (I == -1).all() and (D == -1).all() and st_.radii[0] == 2
+    assert st_.probes[0].tolist() == [1, bits] and st_.scanned_from[0] == -1
+    # radius 2 probes C(32, 2) = 496 > 50 distinct codes: ranked by a scan, still only to R
+    D, I, st_ = index.search(far, 5, max_distance=3, stats=True)
+    assert (I == -1).all() and st_.radii[0] == 4 and st_.scanned_from[0] == 2
+    with pytest.raises(ValueError, match=r"max_distance must be in \[0, 32\], got 33"):
+        index.search(far, 5, max_distance=33)
+
+
 @settings(max_examples=30, deadline=None)
 @given(bits=st.sampled_from(BITS), n=st.integers(1, 60), k=st.integers(1, 12),
        seed=st.integers(0, 2**31))

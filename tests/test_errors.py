@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-
-from bucketsearch.app.main import create_app
-from bucketsearch.app.settings import Settings
+from helpers import ROOT, app_client
 
 BITS = 64
 RAW = {"content-type": "application/octet-stream"}
@@ -22,13 +18,7 @@ RAW = {"content-type": "application/octet-stream"}
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    app = create_app(Settings(data_dir=tmp_path_factory.mktemp("errors") / "data", warmup=False,
-                              calibration_queries=0, max_k=1000))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, c.get("/readyz").text
-            time.sleep(0.02)
+    with app_client(tmp_path_factory.mktemp("errors") / "data", max_k=1000) as c:
         assert c.post("/v1/indexes", json={"name": "ix", "bits": BITS}).status_code == 201
         r = c.post("/v1/indexes/ix/items", json={"ids": [1, 2], "codes": ["00" * 8, "ff" * 8]})
         assert r.status_code == 200, r.text
@@ -87,8 +77,8 @@ def test_k_too_large_and_k_zero_get_the_same_status_and_shape(client):
     ("post", "/v1/indexes/ix/items", {"json": {"ids": [1], "codes": ["00" * 8], "x": 1}}, "x"),
     ("post", "/v1/indexes/ix/items", {"content": b"{not json",
                                       "headers": {"content-type": "application/json"}}, "body"),
-    ("post", SEARCH, {"json": {"codes": ["00" * 8], "max_distance": 1, "k": 2}},
-     "exactly one of"),
+    ("post", SEARCH, {"json": {"codes": ["00" * 8], "stats": True}},
+     "give max_distance (radius search), k (k-NN) or both"),
     ("post", SEARCH + "?max_distance=-1", {"content": b"\x00" * 8, "headers": RAW},
      "max_distance"),
     ("get", "/v1/indexes/b%20ad", {}, "name"),
@@ -116,40 +106,38 @@ def test_openapi_documents_400_not_422(client):
 
 
 def test_license_is_mit():
-    text = (Path(__file__).resolve().parents[1] / "LICENSE").read_text()
+    text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License") and "Copyright (c) 2026 the bucketsearch authors" in text
 
 
 # ------------------------------------------------------------- README's http.client example
 def readme_http_client_example() -> str:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     return next(b for b in blocks if "http.client.HTTPConnection" in b)
 
 
-def test_readme_http_client_example_survives_the_keep_alive_timeout(tmp_path):
+def test_readme_http_client_example_survives_the_keep_alive_timeout(
+        bucketsearch_server_factory):
     """uvicorn closes a keep-alive connection idle for 5 s: the example's second request,
-    after 6 s idle, must still work (it reconnects)."""
-    from conftest import ServerProcess
-
-    server = ServerProcess(tmp_path / "data", {}).start()
-    try:
-        with server.client() as c:
-            assert c.post("/v1/indexes", json={"name": "photos", "bits": 64}).status_code == 201
-            r = c.post("/v1/indexes/photos/items", json={"ids": [1, 2], "codes": [
-                "00000000000000ff", "00000000000000fe"]})
-            assert r.status_code == 200, r.text
-        code = readme_http_client_example().replace('"127.0.0.1", 8000',
-                                                    f'"127.0.0.1", {server.port}')
-        ns: dict = {}
-        exec(compile(code, "README.md", "exec"), ns)
-        assert ns["I"].tolist() == [1, 2, 2, 1] and ns["D"].tolist() == [0, 1, 0, 1]
-        time.sleep(6)  # past uvicorn's 5 s keep-alive: the server has closed the connection
-        again = ns["post"]("/v1/indexes/photos/search?max_distance=2",
-                           ns["codes"].tobytes(),
-                           {"Content-Type": "application/octet-stream",
-                            "Accept": "application/octet-stream"})
-        assert again == ns["body"]
-        ns["conn"].close()
-    finally:
-        server.kill()
+    after 6 s idle, must still work (it reconnects). A real uvicorn process: the keep-alive
+    timeout is uvicorn's."""
+    server = bucketsearch_server_factory(BUCKETSEARCH_WARMUP=0,
+                                         BUCKETSEARCH_CALIBRATION_QUERIES=0)
+    with server.client() as c:
+        assert c.post("/v1/indexes", json={"name": "photos", "bits": 64}).status_code == 201
+        r = c.post("/v1/indexes/photos/items", json={"ids": [1, 2], "codes": [
+            "00000000000000ff", "00000000000000fe"]})
+        assert r.status_code == 200, r.text
+    code = readme_http_client_example().replace('"127.0.0.1", 8000',
+                                                f'"127.0.0.1", {server.port}')
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    assert ns["I"].tolist() == [1, 2, 2, 1] and ns["D"].tolist() == [0, 1, 0, 1]
+    time.sleep(6)  # past uvicorn's 5 s keep-alive: the server has closed the connection
+    again = ns["post"]("/v1/indexes/photos/search?max_distance=2",
+                       ns["codes"].tobytes(),
+                       {"Content-Type": "application/octet-stream",
+                        "Accept": "application/octet-stream"})
+    assert again == ns["body"]
+    ns["conn"].close()

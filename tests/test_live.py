@@ -182,3 +182,46 @@ def test_modes():
     with pytest.raises(ValueError, match=r"substrings must be in \[2, 128\].*got 1"):
         check_served_mode("mih", 128, 1)  # the create bug: a substring wider than 64 bits
     check_served_mode("mih", 64, 4)
+
+
+@pytest.mark.parametrize("mode", ["single", "mih", "auto"])
+def test_top_k_within_radius_over_main_delta_and_tombstones(tmp_path, mode):
+    """search(k, max_distance) of main + delta - tombstones equals brute force over the live
+    items, re-inserted ids answered once with their newest code; and every SearchStats field
+    the engine records survives the live layer's merge of partial searches."""
+    bits = 32
+    rng = np.random.default_rng(7)
+    pool = _clustered(rng, 400, bits)
+    xq = np.concatenate([pool[:6], _clustered(rng, 4, bits)])
+    live = LiveIndex(tmp_path, bits, mode, merge_threshold=10**9, background_merge=False,
+                     max_probes=2**22)
+    model = Model(pool.shape[1])
+    live.add(pool[:300], np.arange(300))
+    model.items.update({i: pool[i] for i in range(300)})
+    live.merge()
+    live.delete(np.arange(0, 300, 7))  # tombstones in the main table
+    for i in range(0, 300, 7):
+        del model.items[i]
+    live.add(pool[300:], np.arange(300, 400))  # a delta
+    model.items.update({i: pool[i] for i in range(300, 400)})
+    moved = np.arange(14, 200, 21)  # tombstoned ids inserted again with another code
+    live.add(pool[moved + 100], moved)
+    model.items.update({int(i): pool[i + 100] for i in moved})
+    ids, words = model.arrays()
+    for k in (1, 5, 40, 500):
+        for R in (0, 2, 6, bits):
+            D, I, st_ = live.search(xq, k, max_distance=R, stats=True)
+            nD, nI = naive.knn_within(xq, words, ids, bits, k, R)
+            assert np.array_equal(D, nD) and np.array_equal(I, nI), (k, R)
+            assert st_.delta_items == len(live.state.delta_ids) and st_.scanned_from is not None
+            assert (st_.candidates is not None) == (mode == "mih") or mode == "auto"
+            assert (st_.plan is not None) == (mode == "auto")
+            assert len(st_.radii) == len(xq) and (st_.radii <= R + 1).all()
+    lims, D, I, st_ = live.range_search(xq, 3, stats=True)
+    assert (st_.candidates is not None) == (mode == "mih") or mode == "auto"
+    assert (st_.plan is not None) == (mode == "auto") and st_.delta_items > 0
+    with pytest.raises(ValueError, match=r"max_distance must be in \[0, bits=32\], got 33"):
+        live.search(xq, 3, max_distance=33)
+    with pytest.raises(ValueError, match="k must be an int >= 1, got 0"):
+        live.search(xq, 0)
+    live.close()

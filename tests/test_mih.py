@@ -128,6 +128,23 @@ def test_knn_matches_scan(bits, n, seed, clustered, k, data):
     assert np.array_equal(D, nD) and np.array_equal(I, nI)
 
 
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from(BITS), n=st.integers(0, 50), seed=st.integers(0, 2**31),
+       clustered=st.booleans(), k=st.sampled_from([1, 3, 10, 60]), data=st.data())
+def test_top_k_within_radius_matches_brute_force(bits, n, seed, clustered, k, data):
+    """search(k, max_distance) stops at the radius step max_distance (stats.radii) and gives
+    the k nearest with d <= max_distance, padded with -1 (also after a switch to the scan)."""
+    xb, ids, xq, index, scan = index_and_scan(bits, n, seed, clustered,
+                                              data.draw(substrings_strategy(bits)))
+    R = data.draw(st.integers(0, bits))
+    D, I, stats = index.search(xq, k, max_distance=R, stats=True)
+    nD, nI = naive.knn_within(xq, xb, ids, bits, k, R) if n else \
+        (np.full((6, k), -1), np.full((6, k), -1))
+    assert np.array_equal(D, nD) and np.array_equal(I, nI)
+    assert (stats.radii <= R + 1).all() and stats.candidates is not None
+    check_same((D, I), scan.search(xq, k, max_distance=R))
+
+
 @settings(max_examples=25, deadline=None)
 @given(bits=st.sampled_from(BITS), n=st.integers(0, 40), seed=st.integers(0, 2**31),
        data=st.data())

@@ -25,7 +25,7 @@ def test_the_wheel_holds_only_bucketsearch(tmp_path):
 def test_a_users_own_app_package_does_not_shadow_ours(tmp_path):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("MINE = True\n")
-    code = ("import app; from bucketsearch.app.encode import decode_results_binary; "
+    code = ("import app; from bucketsearch.app.encode import results_binary; "
             "import bucketsearch; print(app.MINE, bucketsearch.__version__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True)

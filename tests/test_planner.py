@@ -1,14 +1,16 @@
 """The planner (mode "auto"): exact whatever it chooses, never an over-limit single table."""
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.index.evaluation.synth import clustered_codes, queries_near
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import PLAN_MODES, AutoIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near
+from tests import naive
 from tests.test_mih import BITS, RADII, check_same, make_data
 
 
@@ -55,6 +57,39 @@ def test_auto_matches_scan(bits, n, seed, clustered):
         D, I, stats = index.search(xq, k, stats=True)
         check_same((D, I), scan.search(xq, k))
         assert stats.plan["k"] == k
+
+
+@settings(max_examples=25, deadline=None)
+@given(bits=st.sampled_from(BITS), n=st.integers(0, 50), seed=st.integers(0, 2**31),
+       k=st.sampled_from([1, 4, 30]), data=st.data())
+def test_top_k_within_radius_matches_brute_force(bits, n, seed, k, data):
+    """search(k, max_distance) by whichever path the planner picks equals brute force; the
+    plan is made for radius min(R_k, max_distance)."""
+    xb, ids, xq = make_data(bits, n, 6, seed, True)
+    index = build_auto(bits, xb, ids)
+    R = data.draw(st.integers(0, bits))
+    D, I, stats = index.search(xq, k, max_distance=R, stats=True)
+    nD, nI = naive.knn_within(xq, xb, ids, bits, k, R) if n else \
+        (np.full((6, k), -1), np.full((6, k), -1))
+    assert np.array_equal(D, nD) and np.array_equal(I, nI)
+    assert stats.plan["k"] == k and stats.plan["radius"] <= R and (stats.radii <= R + 1).all()
+
+
+def test_probe_count_is_the_planned_engines_count():
+    """probe_count(R, nq) of the planner is the count of the engine its plan runs (one meaning
+    across engines: bucket lookups per query; the scan's 0)."""
+    bits = 64
+    xb, ids, xq = make_data(bits, 300, 5, 2)
+    index = build_auto(bits, xb, ids, max_probes=3000)
+    for mode in PLAN_MODES:
+        force(index, mode)
+        for R in RADII:
+            planned = index.plan(max_distance=R, nq=7)["mode"]
+            count = index.probe_count(R, 7)
+            assert count == index._index_for(planned).probe_count(R) <= index.max_probes
+            st_ = index.range_search(xq, R, stats=True)[3]
+            assert (st_.probes.sum(axis=1) == count).all()  # what the stats add up to
+    assert index.scan.probe_count(3) == 0
 
 
 @pytest.mark.parametrize("mode", PLAN_MODES)

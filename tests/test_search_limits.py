@@ -2,7 +2,7 @@
 
 Engine level: the result cap stops the kernels early (ResultLimitError with a lower bound), a
 cap above the true count changes nothing (hypothesis, against brute force), k-NN keeps to its
-probe budget, ``planned_probe_count`` is each engine's own count.
+probe budget, ``probe_count(R, nq)`` is each engine's own count.
 
 HTTP level (FastAPI's TestClient, in process): every limit (max_batch, max_k, nq x k <=
 max_results, max_results of a radius search, max_request_probes, max_evaluate_pairs) on every
@@ -11,8 +11,9 @@ single, mih and auto; the message names the field, the value and the limit.
 """
 from __future__ import annotations
 
-import time
+import math
 
+import helpers
 import naive
 import numpy as np
 import pytest
@@ -20,11 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.codes import pack_bits, to_hex, to_packed
-from bucketsearch.index.storage.live import with_probe_limit
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.probe import HammingIndex, ResultLimitError
 from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.storage.live import with_probe_limit
 
 BITS = 64
 MODES = ("single", "mih", "auto")
@@ -129,20 +130,21 @@ def test_knn_keeps_to_the_probe_budget(engine):
     assert index.max_probes == 10_000_000  # the view never touched the shared index
 
 
-def test_planned_probe_count_is_each_engines_own():
+def test_probe_count_is_each_engines_own():
     words = clustered(5, 3000, BITS, centers=50, flips=8)
     single, mih, scan = HammingIndex(BITS), MultiIndex(BITS), LinearScan(BITS)
     auto = AutoIndex(BITS, calibrate_on_build=False)
     for index in (single, mih, scan, auto):
         index.add(words)
     for R in (0, 2, 3, 10):
-        assert single.planned_probe_count(R, 7) == single.probe_count(R)
-        assert mih.planned_probe_count(R, 7) == mih.probe_count(R)
-        assert scan.planned_probe_count(R, 7) == scan.probe_count(R) == 0
+        assert single.probe_count(R, 7) == single.probe_count(R) == sum(
+            math.comb(BITS, r) for r in range(R + 1))
+        assert mih.probe_count(R, 7) == mih.probe_count(R) == sum(mih.step_probes(R))
+        assert scan.probe_count(R, 7) == scan.probe_count(R) == 0
         for limit in (10, 1000, 10_000_000):
             view = with_probe_limit(auto, limit)
             mode = view.plan(max_distance=R, nq=7)["mode"]
-            count = view.planned_probe_count(R, 7)
+            count = view.probe_count(R, 7)
             assert count == {"single": auto.single, "mih": auto.mih,
                              "scan": auto.scan}[mode].probe_count(R)
             assert count <= limit
@@ -157,20 +159,8 @@ N_RANDOM = 300
 
 @pytest.fixture(scope="module")
 def app_client(tmp_path_factory):
-    from fastapi.testclient import TestClient
-
-    from bucketsearch.app.main import create_app
-    from bucketsearch.app.settings import Settings
-
-    settings = Settings(data_dir=tmp_path_factory.mktemp("limits"), warmup=False,
-                        calibration_queries=0, **LIMITS)
-    app = create_app(settings)
-    with TestClient(app) as client:
-        deadline = time.monotonic() + 120
-        while client.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, client.get("/readyz").text
-            time.sleep(0.05)
-        yield app, client
+    with helpers.app_client(tmp_path_factory.mktemp("limits"), **LIMITS) as client:
+        yield client.app, client
 
 
 CENTER = np.array([[0x0123456789ABCDEF]], dtype=np.uint64)
@@ -186,19 +176,12 @@ def indexes(app_client):
     random = rng.integers(0, 2**63, size=(N_RANDOM, 1), dtype=np.uint64)
     for mode in MODES:
         name = f"lim-{mode}"
-        assert client.post("/v1/indexes", json={"name": name, "bits": BITS,
-                                                "mode": mode}).status_code == 201
+        helpers.create_index(client, name, BITS, mode=mode)
         words = np.concatenate([np.repeat(CENTER, 300, axis=0), random])
         for lo in range(0, 600, 100):  # batches of max_batch
-            r = client.post(f"/v1/indexes/{name}/items",
-                            json={"ids": list(range(lo, lo + 100)),
-                                  "codes": to_hex(words[lo:lo + 100], BITS)})
-            assert r.status_code == 200, r.text
+            helpers.add_codes(client, name, range(lo, lo + 100), words[lo:lo + 100], BITS)
         assert client.post(f"/v1/indexes/{name}/merge").status_code == 200
-        r = client.post(f"/v1/indexes/{name}/items",
-                        json={"ids": list(range(1000, 1100)),
-                              "codes": to_hex(np.repeat(CENTER, 100, axis=0), BITS)})
-        assert r.status_code == 200, r.text
+        helpers.add_codes(client, name, range(1000, 1100), np.repeat(CENTER, 100, axis=0), BITS)
         r = client.post(f"/v1/indexes/{name}/items/delete", json={"ids": list(range(50))})
         assert r.status_code == 200, r.text
         state = app.state.registry.get(name).live.state
@@ -296,13 +279,10 @@ def test_range_max_results_counts_live_items_only(app_client, indexes, mode):
     app, client = app_client
     name = f"cap-{mode}"
     center = np.array([[0x0F0F0F0F0F0F0F0F]], dtype=np.uint64)
-    assert client.post("/v1/indexes", json={"name": name, "bits": BITS,
-                                            "mode": mode}).status_code == 201
+    helpers.create_index(client, name, BITS, mode=mode)
     for lo in range(0, 520, 100):
         hi = min(lo + 100, 520)
-        assert client.post(f"/v1/indexes/{name}/items", json={
-            "ids": list(range(lo, hi)),
-            "codes": to_hex(np.repeat(center, hi - lo, axis=0), BITS)}).status_code == 200
+        helpers.add_codes(client, name, range(lo, hi), np.repeat(center, hi - lo, axis=0), BITS)
     assert client.post(f"/v1/indexes/{name}/merge").status_code == 200
     assert client.post(f"/v1/indexes/{name}/items/delete",
                        json={"ids": list(range(30))}).status_code == 200
@@ -311,9 +291,7 @@ def test_range_max_results_counts_live_items_only(app_client, indexes, mode):
         assert r.status_code == 200, r.text
         assert r.json()["results"][0]["ids"] == list(range(30, 520))
     for new_ids, status in ((range(1000, 1010), 200), (range(1010, 1011), 400)):
-        assert client.post(f"/v1/indexes/{name}/items", json={
-            "ids": list(new_ids),
-            "codes": to_hex(np.repeat(center, len(new_ids), axis=0), BITS)}).status_code == 200
+        helpers.add_codes(client, name, new_ids, np.repeat(center, len(new_ids), axis=0), BITS)
         r = search(client, mode, center, "json", index=name, max_distance=0)
         assert r.status_code == status, r.text
     # 490 live in the main index, 11 in the delta: the delta scan stops at the cap
@@ -343,7 +321,7 @@ def test_range_probe_budget(app_client, indexes, mode, body):
         if body == "json":
             probes = [sum(rec["probes"] for rec in q) for q in r.json()["stats"]]
             assert max(probes) <= share and sum(probes) <= budget
-        assert with_probe_limit(main, share).planned_probe_count(R, nq_over) <= share
+        assert with_probe_limit(main, share).probe_count(R, nq_over) <= share
         return
     assert r.status_code == 400
     out = r.json()

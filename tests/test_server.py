@@ -1,12 +1,16 @@
-"""The HTTP API against a real uvicorn server: results vs brute force, stats, errors, limits,
-auth, metrics, cost model, evaluate."""
-from __future__ import annotations
+"""The HTTP API: results vs brute force, stats, errors, limits, metrics, cost model, evaluate,
+read-only serving, corrupt files at start-up.
 
+In process (FastAPI's TestClient on the app factory, see ``helpers.app_client``): nothing here
+needs a socket. The wire (streamed and slow bodies, keep-alive, concurrency) is tested against
+real uvicorn processes in test_http_guards.py, test_errors.py, test_server_concurrency.py,
+test_server_crash.py and test_history.py; the auth matrix in test_auth.py."""
+from __future__ import annotations
 
 import naive
 import numpy as np
 import pytest
-from conftest import ServerProcess
+from helpers import ROOT, add_codes, app_client, create_index
 
 from bucketsearch.index.codes import pack_bits, to_hex
 
@@ -14,17 +18,9 @@ BITS = 64
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("srv") / "data",
-                      {"BUCKETSEARCH_MAX_BODY_BYTES": "200000", "BUCKETSEARCH_MAX_BATCH": "1000",
-                       "BUCKETSEARCH_MAX_RESULTS": "1000"}).start()
-    yield s
-    s.kill()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    with server.client() as c:
+def client(tmp_path_factory):
+    with app_client(tmp_path_factory.mktemp("srv") / "data", max_body_bytes=200_000,
+                    max_batch=1000, max_results=1000) as c:
         yield c
 
 
@@ -45,7 +41,8 @@ def filled(client):
                                             "mode": "single"}).status_code == 201
     r = client.post("/v1/indexes/main/items",
                     json={"ids": list(range(300)), "codes": to_hex(words[:300], BITS)})
-    assert r.status_code == 200 and r.json() == {"inserted": 300, "deleted": None, "size": 300}
+    assert r.status_code == 200 and r.json() == {"inserted": 300, "deleted": None,
+                                                 "replaced": None, "size": 300}
     ids = np.arange(300, 400, dtype="<i8")
     body = ids.tobytes() + words[300:].astype(">u8").tobytes()  # 64-bit code = 8 bytes, BE
     r = client.post("/v1/indexes/main/items", content=body,
@@ -128,7 +125,7 @@ def test_delete_items_and_merge(client):
     assert r.json()["size"] == 3
     assert client.post("/v1/indexes/del/merge").json()["main_size"] == 3
     assert client.post("/v1/indexes/del/items/delete", json={"ids": [2, 99]}).json() == \
-        {"inserted": None, "deleted": 1, "size": 2}
+        {"inserted": None, "deleted": 1, "replaced": None, "size": 2}
     info = client.get("/v1/indexes/del").json()
     assert info["tombstones"] == 1 and info["size"] == 2
     r = client.post("/v1/indexes/del/search", json={"codes": ["0001"], "max_distance": 1})
@@ -165,14 +162,10 @@ def test_create_rejects_bad_fields(client, payload, field):
 def test_mih_mode_matches_brute_force(client):
     words = _data(7, 300, bits=128, flips=4)
     ids = np.arange(300)
-    r = client.post("/v1/indexes", json={"name": "mih128", "bits": 128, "mode": "mih",
-                                         "substrings": 4})
-    assert r.status_code == 201, r.text
-    assert client.post("/v1/indexes/mih128/items", json={
-        "ids": ids[:200].tolist(), "codes": to_hex(words[:200], 128)}).status_code == 200
+    create_index(client, "mih128", 128, mode="mih", substrings=4)
+    add_codes(client, "mih128", ids[:200], words[:200], 128)
     assert client.post("/v1/indexes/mih128/merge").json()["substrings"] == 4
-    assert client.post("/v1/indexes/mih128/items", json={  # these stay in the delta
-        "ids": ids[200:].tolist(), "codes": to_hex(words[200:], 128)}).status_code == 200
+    add_codes(client, "mih128", ids[200:], words[200:], 128)  # these stay in the delta
     xq = _data(8, 10, bits=128)
     r = client.post("/v1/indexes/mih128/search",
                     json={"codes": to_hex(xq, 128), "max_distance": 9, "stats": True})
@@ -186,10 +179,8 @@ def test_mih_mode_matches_brute_force(client):
 def test_auto_mode_matches_brute_force(client):
     words = _data(9, 300)
     ids = np.arange(300)
-    assert client.post("/v1/indexes", json={"name": "auto64", "bits": BITS,
-                                            "mode": "auto"}).status_code == 201
-    assert client.post("/v1/indexes/auto64/items", json={
-        "ids": ids.tolist(), "codes": to_hex(words, BITS)}).status_code == 200
+    create_index(client, "auto64", BITS, mode="auto")
+    add_codes(client, "auto64", ids, words, BITS)
     assert client.post("/v1/indexes/auto64/merge").json()["main_size"] == 300
     xq = _data(10, 8)
     r = client.post("/v1/indexes/auto64/search",
@@ -212,10 +203,11 @@ def test_search_errors_name_the_field(client, filled):
     assert r.status_code == 400 and r.json()["errors"][0]["loc"][-2:] == ["codes", 0]
     r = client.post(url, json={"codes": ["00" * 8], "max_distance": 70})
     assert r.status_code == 400 and "max_distance must be in [0, bits=64]" in r.json()["detail"]
-    r = client.post(url, json={"codes": ["00" * 8], "max_distance": 1, "k": 3})
-    assert r.status_code == 400 and "exactly one of" in r.json()["detail"]
+    r = client.post(url, json={"codes": ["00" * 8], "max_distance": 70, "k": 3})
+    assert r.status_code == 400 and "max_distance must be in [0, bits=64]" in r.json()["detail"]
     r = client.post(url, json={"codes": ["00" * 8]})
-    assert r.status_code == 400
+    assert r.status_code == 400 and "give max_distance (radius search), k (k-NN) or both" \
+        in r.json()["detail"]
     assert client.post("/v1/indexes/nope/search",
                        json={"codes": ["00"], "max_distance": 0}).status_code == 404
     assert client.post("/v1/indexes/b%20ad/search",
@@ -322,32 +314,6 @@ def test_evaluate_matches_the_toolkit_in_process(client, filled):
     assert r.status_code == 400 and "query_labels" in r.json()["detail"]
 
 
-def test_auth(bucketsearch_server_factory):
-    s = bucketsearch_server_factory(BUCKETSEARCH_API_KEY="w-secret",
-                                    BUCKETSEARCH_WARMUP="0")
-    with s.client() as c:
-        body = {"name": "a", "bits": 8}
-        assert c.post("/v1/indexes", json=body).status_code == 401
-        assert c.post("/v1/indexes", json=body,
-                      headers={"Authorization": "Bearer nope"}).status_code == 403
-        assert c.post("/v1/indexes", json=body,
-                      headers={"Authorization": "Bearer w-secret"}).status_code == 201
-        assert c.get("/v1/indexes/a").status_code == 200  # reads stay open
-        assert c.post("/v1/indexes/a/search",
-                      json={"codes": ["00"], "max_distance": 0}).status_code == 200
-    s2 = bucketsearch_server_factory(BUCKETSEARCH_API_KEY="w-secret",
-                                     BUCKETSEARCH_READ_KEY="r-secret", BUCKETSEARCH_WARMUP="0")
-    with s2.client() as c:
-        assert c.get("/v1/indexes").status_code == 401
-        assert c.get("/v1/indexes", headers={"Authorization": "Bearer x"}).status_code == 403
-        for key in ("r-secret", "w-secret"):
-            assert c.get("/v1/indexes",
-                         headers={"Authorization": f"Bearer {key}"}).status_code == 200
-        assert c.post("/v1/indexes", json={"name": "b", "bits": 8},
-                      headers={"Authorization": "Bearer r-secret"}).status_code == 403
-        assert c.get("/healthz").status_code == 200
-
-
 def test_evaluate_with_relevant_ids_and_request_guards(client, filled):
     words, ids = filled
     xq = words[:3]
@@ -373,17 +339,17 @@ def test_items_json_validation_error_points_into_the_body(client, filled):
     assert r.status_code == 400
 
 
-def test_read_only_mmap_server_shares_a_data_dir(bucketsearch_server_factory, tmp_path):
+def test_read_only_mmap_server_shares_a_data_dir(tmp_path):
+    """A read-only server with memory-mapped snapshots serves the writer's data directory,
+    snapshot and log, and refuses writes (read-only servers beside a live writer process:
+    test_datadir_lock.py)."""
     data = tmp_path / "ro"
-    writer = bucketsearch_server_factory(data, BUCKETSEARCH_WARMUP=0)
-    with writer.client() as c:
+    with app_client(data) as c:
         c.post("/v1/indexes", json={"name": "s", "bits": 16})
         c.post("/v1/indexes/s/items", json={"ids": [1, 2], "codes": ["0001", "00ff"]})
         c.post("/v1/indexes/s/merge")
         c.post("/v1/indexes/s/items", json={"ids": [3], "codes": ["0f00"]})  # WAL only
-    writer.kill()
-    reader = bucketsearch_server_factory(data, BUCKETSEARCH_READ_ONLY=1, BUCKETSEARCH_MMAP=1)
-    with reader.client() as c:
+    with app_client(data, read_only=True, mmap=True) as c:
         r = c.post("/v1/indexes/s/search", json={"codes": ["0001", "0f00"], "max_distance": 0})
         assert [res["ids"] for res in r.json()["results"]] == [[1], [3]]
         r = c.post("/v1/indexes/s/items", json={"ids": [4], "codes": ["0000"]})
@@ -395,7 +361,6 @@ def test_cli_serve_help():
     import subprocess
     import sys
 
-    from conftest import ROOT
     out = subprocess.run([sys.executable, "-m", "bucketsearch", "serve", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -403,21 +368,18 @@ def test_cli_serve_help():
     assert "bucketsearch serve --data-dir data --port 8000" in out.stdout
 
 
-def test_a_corrupt_snapshot_falls_back_and_a_corrupt_log_isolates_its_index(
-        bucketsearch_server_factory, tmp_path):
+def test_a_corrupt_snapshot_falls_back_and_a_corrupt_log_isolates_its_index(tmp_path):
     """Trust issue: one corrupt snapshot made every index unavailable. Now a corrupt newest
     snapshot falls back to the previous generation plus the log (nothing lost), and a WAL
     damaged in the middle makes only its own index 'corrupt' while the others serve."""
     data = tmp_path / "corrupt"
-    s = bucketsearch_server_factory(data, BUCKETSEARCH_WARMUP=0)
-    with s.client() as c:
+    with app_client(data) as c:
         for name in ("c", "d", "e"):
             assert c.post("/v1/indexes", json={"name": name, "bits": 16}).status_code == 201
             c.post(f"/v1/indexes/{name}/items", json={"ids": [1, 2], "codes": ["0001", "00ff"]})
             c.post(f"/v1/indexes/{name}/merge")
             c.post(f"/v1/indexes/{name}/items", json={"ids": [3], "codes": ["0f0f"]})
         c.post("/v1/indexes/e/items", json={"ids": [4], "codes": ["0f0e"]})
-    s.kill()
     victim = sorted(data.glob("indexes/c.*/snap-*/main/*.npy"))[0]
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF
@@ -426,26 +388,22 @@ def test_a_corrupt_snapshot_falls_back_and_a_corrupt_log_isolates_its_index(
     raw = bytearray(segment.read_bytes())
     raw[8 + 8 + 3] ^= 0xFF  # the first of two records: damage followed by a valid record
     segment.write_bytes(bytes(raw))
-    again = ServerProcess(data, {"BUCKETSEARCH_WARMUP": "0"}).start()
-    try:
-        with again.client() as c:
-            ready = c.get("/readyz").json()
-            assert ready["index_states"]["c"]["state"] == "ready"
-            assert ready["index_states"]["d"]["state"] == "ready"
-            assert ready["index_states"]["e"]["state"] == "corrupt"
-            assert "bucketsearch repair" in ready["index_states"]["e"]["reason"]
-            assert str(tmp_path) not in str(ready)  # no file paths revealed
-            for name in ("c", "d"):
-                r = c.post(f"/v1/indexes/{name}/search", json={"codes": ["0001", "0f0f"],
-                                                              "max_distance": 0})
-                assert [x["ids"] for x in r.json()["results"]] == [[1], [3]]
-            r = c.post("/v1/indexes/e/search", json={"codes": ["0001"], "max_distance": 0})
-            assert r.status_code == 503 and "corrupt" in r.json()["detail"]
-            listed = {i["name"]: i for i in c.get("/v1/indexes").json()["indexes"]}
-            assert listed["e"]["state"] == "corrupt" and listed["c"]["size"] == 3
-            assert c.delete("/v1/indexes/e").status_code == 204  # a corrupt index can go
-    finally:
-        again.kill()
+    with app_client(data) as c:
+        ready = c.get("/readyz").json()
+        assert ready["index_states"]["c"]["state"] == "ready"
+        assert ready["index_states"]["d"]["state"] == "ready"
+        assert ready["index_states"]["e"]["state"] == "corrupt"
+        assert "bucketsearch repair" in ready["index_states"]["e"]["reason"]
+        assert str(tmp_path) not in str(ready)  # no file paths revealed
+        for name in ("c", "d"):
+            r = c.post(f"/v1/indexes/{name}/search", json={"codes": ["0001", "0f0f"],
+                                                          "max_distance": 0})
+            assert [x["ids"] for x in r.json()["results"]] == [[1], [3]]
+        r = c.post("/v1/indexes/e/search", json={"codes": ["0001"], "max_distance": 0})
+        assert r.status_code == 503 and "corrupt" in r.json()["detail"]
+        listed = {i["name"]: i for i in c.get("/v1/indexes").json()["indexes"]}
+        assert listed["e"]["state"] == "corrupt" and listed["c"]["size"] == 3
+        assert c.delete("/v1/indexes/e").status_code == 204  # a corrupt index can go
 
 
 RAW = {"content-type": "application/octet-stream"}
@@ -453,7 +411,7 @@ RAW = {"content-type": "application/octet-stream"}
 
 def test_octet_stream_search_and_binary_answer_equal_json(client, filled):
     """The three wire forms of one search give the same results, equal to brute force."""
-    from bucketsearch.app.encode import decode_results_binary
+    from bucketsearch.loadtest.wire import decode_binary_results as decode_results_binary
 
     words, ids = filled
     xq = np.concatenate([_data(2, 30), words[[3, 301]]])
@@ -490,8 +448,8 @@ def test_octet_stream_search_errors_name_the_field(client, filled):
     cases = [
         (url + "?max_distance=1", code + b"\x00", 400, "body: 9 bytes"),
         (url + "?max_distance=1", b"", 400, "body: 0 bytes"),
-        (url, code, 400, "exactly one of"),
-        (url + "?max_distance=1&k=2", code, 400, "exactly one of"),
+        (url, code, 400, "max_distance: give the query parameter max_distance"),
+        (url + "?max_distance=65&k=2", code, 400, "max_distance must be in [0, bits=64]"),
         (url + "?max_distance=-1", code, 400, "max_distance"),
         (url + "?max_distance=1", code * 1001, 413, "max_batch=1000"),
     ]

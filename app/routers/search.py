@@ -7,13 +7,14 @@ octet-stream bodies:
   (app/parsing.py).
 * ``max_k``, and ``nq x k <= max_results`` (k-NN): checked before any search
   (``app.parsing.check_knn``, while the body is parsed).
-* ``max_request_probes``: bucket lookups of the whole request, charged with the honest count of
-  the engine that runs (``planned_probe_count``: sum C(Q, r) for the single table, substring
-  probes for multi-index hashing, the chosen plan's count for the planner). A radius search is
-  refused up front when ``nq x`` that count passes it; mode "auto" plans under the per-query
-  share ``max_request_probes // nq``, so it picks a plan that fits (the scan when no probing
-  plan does). k-NN: every query gets that share (at least one probe) and switches to a scan
-  when its next radius would pass it, so it never fails.
+* ``max_request_probes``: bucket lookups of the whole request, charged with the engine's
+  ``probe_count(R, nq)`` (one meaning for every engine, index/base.py: sum C(Q, r) for the
+  single table, substring probes for multi-index hashing, 0 for a scan, the chosen plan's
+  count for the planner). A radius search is refused up front when ``nq x`` that count passes
+  it; the planner plans under the per-query share ``max_request_probes // nq``, so it picks a
+  plan that fits (the scan when no probing plan does). k-NN (also top-k within a radius): every
+  query gets that share (at least one probe) and switches to a scan when its next radius would
+  pass it, so it never fails.
 * ``max_results`` (radius search): enforced by the kernels while they build the results: they
   stop once the count passes it, so even a huge radius holds at most about threads x
   max_results results in memory before the 400 (which gives the count reached, a lower bound).
@@ -37,8 +38,8 @@ from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
 from bucketsearch.app.schemas import (SearchRequest, SearchResponse, error_responses,
                                       json_or_octet_body)
+from bucketsearch.index.base import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import with_probe_limit
-from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"],
                    responses=error_responses(400, 401, 403, 404, 413, 415, 503))
@@ -57,19 +58,19 @@ class RequestProbeLimit(ProbeLimitError):
                   f"radius{', or ' + other[mode] if mode in other else ''}")
 
 
-STAT_FIELDS = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")
-
-
 def stats_records(st, t0: float | None) -> list[list[dict]]:
-    """Per query, one record per radius searched (``modeled_ns = t0 * probes``)."""
+    """Per query, one record per radius searched (``modeled_ns = t0 * probes``), with every
+    per-radius field the engine recorded (``candidates`` and ``unique_candidates`` too for
+    multi-index hashing)."""
     if st is None:
         return None
-    cols = {f: getattr(st, f).tolist() for f in STAT_FIELDS}
+    names = st.radius_fields()
+    cols = {f: getattr(st, f).tolist() for f in names}
     out = []
     for qi, n_radii in enumerate(st.radii.tolist()):
         rows = []
         for r in range(n_radii):
-            rec = {"radius": r, **{f: cols[f][qi][r] for f in STAT_FIELDS}}
+            rec = {"radius": r, **{f: cols[f][qi][r] for f in names}}
             rec["modeled_ns"] = t0 * rec["probes"] if t0 is not None else None
             rows.append(rec)
         out.append(rows)
@@ -79,13 +80,15 @@ def stats_records(st, t0: float | None) -> list[list[dict]]:
 SEARCH_LAYOUT = """\
 Two bodies are accepted (pick with Content-Type):
 
-* `application/json`: `{"codes": ["hex", ...], "max_distance": r}` (radius search, d <= r) or
-  `{"codes": [...], "k": k}` (k-NN), optionally `"stats": true`; one hex code per query
-  (2*ceil(bits/8) digits, np.packbits byte order: the first digit holds bits 0-3).
+* `application/json`: `{"codes": ["hex", ...], "max_distance": r}` (radius search: every item
+  with d <= r), `{"codes": [...], "k": k}` (k-NN: the k nearest) or both, `{"codes": [...],
+  "k": k, "max_distance": r}` (top-k within a radius: the k nearest with d <= r; fewer when
+  fewer lie that close); optionally `"stats": true`; one hex code per query (2*ceil(bits/8)
+  digits, np.packbits byte order: the first digit holds bits 0-3).
 * `application/octet-stream`: the query codes packed, `B = ceil(bits/8)` bytes each in
   np.packbits layout (padding bits at the end of the last byte must be 0), so the body is
-  `nq * B` bytes; `max_distance` or `k`, and `stats`, go in the query string. No hex, no JSON
-  to parse: the cheapest way to send a large batch.
+  `nq * B` bytes; `max_distance`, `k` (one or both, as above) and `stats` go in the query
+  string. No hex, no JSON to parse: the cheapest way to send a large batch.
 
 The answer is JSON (one `{"ids", "distances"}` entry per query, in order, each ordered by
 (distance, id)), or with `Accept: application/octet-stream` (first media type listed) the same
@@ -104,13 +107,15 @@ INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
 
 
 def runs_inline(entry, job: SearchJob) -> bool:
-    """Microseconds of work: few probes, no planner, a small delta."""
-    if job.max_distance is None or not 0 <= job.max_distance <= min(entry.bits, 3) \
-            or entry.mode == "auto":
+    """Microseconds of work: a radius search of few probes (at least one: a scan, 0 probes,
+    reads every item), a small delta."""
+    if job.k is not None or job.max_distance is None \
+            or not 0 <= job.max_distance <= min(entry.bits, 3):
         return False
     state = entry.live.state
+    nq = len(job.xq)
     return len(state.delta_ids) <= INLINE_MAX_DELTA \
-        and len(job.xq) * state.main.probe_count(job.max_distance) <= INLINE_MAX_PROBES
+        and 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES
 
 
 @router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth],
@@ -122,11 +127,15 @@ def runs_inline(entry, job: SearchJob) -> bool:
 async def search(
         entry: EntryDep, request: Request,
         max_distance: Annotated[int | None, Query(
-            ge=0, le=256, description="octet-stream only: radius search, d <= r")] = None,
-        k: Annotated[int | None, Query(ge=1, description="octet-stream only: k-NN")] = None,
+            ge=0, le=256, description="octet-stream only: radius search, d <= r (with k: the "
+                                      "k nearest within r)")] = None,
+        k: Annotated[int | None, Query(ge=1, description="octet-stream only: k-NN (with "
+                                                         "max_distance: within that radius)")]
+        = None,
         stats: Annotated[bool, Query(description="octet-stream only: per-radius counters")]
         = False) -> Response:
-    """A batch of radius (``max_distance``, inclusive) or k-NN (``k``) queries.
+    """A batch of radius (``max_distance``, inclusive), k-NN (``k``) or top-k within a radius
+    (both) queries.
 
     Small requests (at most INLINE_MAX_BODY bytes, INLINE_MAX_PROBES probes in all and
     INLINE_MAX_DELTA delta items, i.e. microseconds of work) run inline; everything else is
@@ -135,10 +144,12 @@ async def search(
 
     Results per query are ordered by (distance, id). With ``stats: true`` every query gets,
     per radius searched in the main table, ``probes, nonempty_buckets, empty_buckets, items,
-    lookup_ns`` (in-kernel clock) and ``modeled_ns = t0 * probes``. Items inserted since the
-    last merge (the delta segment) are scanned linearly, not probed: ``delta`` gives the items
-    scanned per query and the scan's wall-clock ns for the batch (also ``delta`` in
-    Server-Timing).
+    lookup_ns`` (in-kernel clock), ``modeled_ns = t0 * probes`` and, for multi-index hashing,
+    ``candidates, unique_candidates``; ``scanned_from`` gives per query the radius from which a
+    k-NN query ranked codes by a scan (-1: none) and ``plan`` the planner's choice (mode auto).
+    Items inserted since the last merge (the delta segment) are scanned linearly, not probed:
+    ``delta`` gives the items scanned per query and the scan's wall-clock ns for the batch
+    (also ``delta`` in Server-Timing).
     """
     t_start = time.perf_counter()
     settings = settings_of(request)
@@ -165,7 +176,7 @@ def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | No
     entry.live.check_radius(radius)
     main = state.main
     share = max(settings.max_request_probes // nq, 1)
-    per_query = with_probe_limit(main, share).planned_probe_count(radius, nq)
+    per_query = with_probe_limit(main, share).probe_count(radius, nq)
     if per_query > main.max_probes:
         return None  # the engine raises its per-query ProbeLimitError, before work too
     if nq * per_query > settings.max_request_probes:
@@ -180,8 +191,11 @@ def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
     if job.k is not None:  # k and nq x k were checked by parse_search, before decoding
         # the request's probe budget, shared by its queries, caps each query's k-NN growth
         per_query = max(settings.max_request_probes // nq, 1)
-        D, I, st = state.search(job.xq, job.k, stats=True, max_probes=per_query)
-        lims, D, I = knn_to_csr(D, I)
+        if job.max_distance is not None:
+            entry.live.check_radius(job.max_distance)
+        D, I, st = state.search(job.xq, job.k, max_distance=job.max_distance, stats=True,
+                                max_probes=per_query)
+        lims, D, I = knn_to_csr(D, I)  # the response's CSR layout (padding dropped)
     else:
         R = job.max_distance
         per_query = check_range_probes(entry, state, nq, R, settings)
@@ -205,7 +219,12 @@ def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
             records = stats_records(st, entry.cost.t0()[0]) if st is not None \
                 else [[] for _ in range(nq)]
             out += [b',"stats":', orjson.dumps(records), b',"delta":', orjson.dumps(
-                {"items": st.delta_items, "scan_ns": st.delta_ns} if st is not None else None)]
+                {"items": st.delta_items, "scan_ns": st.delta_ns} if st is not None else None),
+                b',"scanned_from":', orjson.dumps(
+                    st.scanned_from.tolist() if st is not None and st.scanned_from is not None
+                    else None),
+                b',"plan":', orjson.dumps(st.plan if st is not None else None,
+                                          option=orjson.OPT_SERIALIZE_NUMPY)]
         media_type = "application/json"
     t_done = time.perf_counter()
     took_ms = (t_done - t_start) * 1e3

@@ -55,7 +55,7 @@ def _histogram_range(q, i0, i1, nbuf, ptr, off, xq, xb, mode, qlab, blab, indptr
     n_levels = levels.shape[1]
     lw = qlab.shape[1] if mode == 1 else 0
     row_end = indptr[q + 1] if mode == 2 else 0
-    lab = qlab[q, 0]
+    lab = qlab[q if mode == 0 else 0, 0]  # only class ids (mode 0) have a row per query
     for i in range(i0, i1):
         if n_w == 1:
             d = popcount64(xq[q, 0] ^ xb[i, 0])

@@ -1,0 +1,166 @@
+"""The shared kernels of index/kernels.py against plain-numpy twins (hypothesis)."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketsearch.index.codes import pack_bits
+from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting_sort, grow,
+                                        hamming, merge_rows, record_radius, sort_run)
+
+# ----------------------------------------------------------------------------- numpy twins
+
+
+def hamming_twin(q_bits: np.ndarray, x_bits: np.ndarray) -> int:
+    """Distance of two unpacked bit rows: positions that differ."""
+    return int((q_bits != x_bits).sum())
+
+
+def counting_sort_twin(cand_d, cand_p, n, ids, lo, cut):
+    """``(D, I)`` of the candidates with ``lo <= d <= cut``, ordered by (distance, id)."""
+    d = np.asarray(cand_d[:n], dtype=np.int64)
+    i = ids[np.asarray(cand_p[:n])]
+    keep = (d >= lo) & (d <= cut)
+    order = np.lexsort((i[keep], d[keep]))
+    return d[keep][order], i[keep][order]
+
+
+def merge_twin(rows_a, rows_b, drop, k):
+    """Per query: the valid entries (id >= 0, ids of ``a`` not in ``drop``) of both rows,
+    ordered by (distance, id), the first ``k`` (k >= 1) or all (k < 0)."""
+    out = []
+    for (da, ia), (db, ib) in zip(rows_a, rows_b):
+        keep_a = (ia >= 0) & ~np.isin(ia, drop)
+        d = np.concatenate([da[keep_a], db[ib >= 0]]).astype(np.int64)
+        i = np.concatenate([ia[keep_a], ib[ib >= 0]])
+        order = np.lexsort((i, d))
+        out.append((d[order][:k] if k >= 1 else d[order], i[order][:k] if k >= 1 else i[order]))
+    return out
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def sorted_rows(draw, nq, id_pool, max_len, pad):
+    """Per query a list of (distance, id) ordered by (distance, id), ids unique in the row,
+    optionally padded at the end with (-1, -1)."""
+    rows = []
+    for _ in range(nq):
+        n = draw(st.integers(0, max_len))
+        ids = np.array(draw(st.lists(st.sampled_from(id_pool), min_size=n, max_size=n,
+                                     unique=True)), dtype=np.int64)
+        d = np.array(draw(st.lists(st.integers(0, 6), min_size=n, max_size=n)), dtype=np.int32)
+        order = np.lexsort((ids, d))
+        d, ids = d[order], ids[order]
+        if pad:
+            extra = draw(st.integers(0, 3))
+            d = np.concatenate([d, np.full(extra, -1, np.int32)])
+            ids = np.concatenate([ids, np.full(extra, -1, np.int64)])
+        rows.append((d, ids))
+    return rows
+
+
+def as_csr(rows):
+    lims = np.zeros(len(rows) + 1, dtype=np.int64)
+    lims[1:] = np.cumsum([len(r[1]) for r in rows])
+    D = np.concatenate([r[0] for r in rows]) if rows else np.empty(0, np.int32)
+    I = np.concatenate([r[1] for r in rows]) if rows else np.empty(0, np.int64)
+    return lims, D.astype(np.int32), I.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([1, 7, 63, 64, 65, 128, 200, 256]), data=st.data())
+def test_hamming_matches_unpacked_bits(bits, data):
+    rows = data.draw(st.lists(st.lists(st.integers(0, 1), min_size=bits, max_size=bits),
+                              min_size=2, max_size=5))
+    b = np.array(rows, dtype=np.uint8)
+    words = pack_bits(b)
+    for qi in range(len(b)):
+        for i in range(len(b)):
+            assert hamming(words, qi, words, i, words.shape[1]) == hamming_twin(b[qi], b[i])
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(0, 40), need=st.integers(0, 200), seed=st.integers(0, 2**31))
+def test_grow_keeps_the_prefix_and_has_room(size, need, seed):
+    buf = np.random.default_rng(seed).integers(-50, 50, size).astype(np.int64)
+    out = grow(buf, need)
+    assert len(out) >= need and (out[:size] == buf).all()
+    if need <= size:
+        assert out is buf
+    else:
+        assert len(out) >= 2 * size  # doubling: n appends cost O(n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(-10**12, 10**12), max_size=80), data=st.data())
+def test_sort_run_sorts_only_its_slice(values, data):
+    a = np.array(values, dtype=np.int64)
+    lo = data.draw(st.integers(0, len(a)))
+    hi = data.draw(st.integers(lo, len(a)))
+    expected = a.copy()
+    expected[lo:hi] = np.sort(a[lo:hi])
+    sort_run(a, lo, hi)
+    assert (a == expected).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(0, 120), bits=st.integers(1, 20), data=st.data())
+def test_counting_sort_matches_lexsort(n, bits, data):
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    ids = rng.permutation(10 * n + 5)[:n + 3].astype(np.int64) - 2
+    cand_p = rng.permutation(len(ids))[:n].astype(np.int64)
+    cand_d = rng.integers(0, bits + 1, n).astype(np.int32)
+    extra = data.draw(st.integers(0, 5))  # scratch past n must be ignored
+    cand_d = np.concatenate([cand_d, np.zeros(extra, np.int32)])
+    cand_p = np.concatenate([cand_p, np.zeros(extra, np.int64)])
+    lo = data.draw(st.integers(0, bits))
+    cut = data.draw(st.integers(lo, bits))
+    hist = np.zeros(bits + 2, dtype=np.int64)
+    np.add.at(hist, cand_d[:n], 1)
+    n_out = data.draw(st.integers(0, 4))
+    out_d = np.full(n_out + data.draw(st.integers(0, 8)), 99, dtype=np.int32)
+    out_i = np.full(len(out_d), 99, dtype=np.int64)
+    fill = np.zeros(bits + 2, dtype=np.int64)
+    need = n_out + int(hist[lo:cut + 1].sum())
+    out_d, out_i = grow(out_d, need), grow(out_i, need)
+    total = counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_out)
+    tD, tI = counting_sort_twin(cand_d, cand_p, n, ids, lo, cut)
+    assert total == len(tD)
+    assert (out_d[n_out:n_out + total] == tD).all() and (out_i[n_out:n_out + total] == tI).all()
+    assert (out_d[:n_out] == 99).all() and (out_i[:n_out] == 99).all()  # kept as it was
+
+
+def test_record_radius_writes_one_row():
+    stats = np.zeros((5, 3, 4), dtype=np.int64)
+    record_radius(stats, 1, 2, 10, 3, 7)
+    expected = np.zeros_like(stats)
+    expected[PROBES, 1, 2], expected[NONEMPTY, 1, 2] = 10, 3
+    expected[EMPTY, 1, 2], expected[ITEMS, 1, 2] = 7, 7
+    assert (stats == expected).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(nq=st.integers(0, 5), k=st.sampled_from([-1, 1, 2, 5]), data=st.data())
+def test_merge_rows_matches_sorting_the_union(nq, k, data):
+    pool_a, pool_b = list(range(0, 30)), list(range(20, 50))  # overlapping id ranges
+    rows_a = sorted_rows(data.draw, nq, pool_a, 8, pad=True)
+    # an id lives in b only when a's copy is dropped (the live layer's tombstone rule)
+    drop = np.array(sorted(data.draw(st.sets(st.sampled_from(pool_a)))), dtype=np.int64)
+    rows_b = [(d[~np.isin(i, pool_a) | np.isin(i, drop)], i[~np.isin(i, pool_a)
+                                                              | np.isin(i, drop)])
+              for d, i in sorted_rows(data.draw, nq, pool_b, 8, pad=data.draw(st.booleans()))]
+    counts, D, I = merge_rows(*as_csr(rows_a), *as_csr(rows_b), drop, k)
+    twin = merge_twin(rows_a, rows_b, drop, k)
+    if k >= 1:
+        D, I = D.reshape(nq, k), I.reshape(nq, k)
+        for q, (td, ti) in enumerate(twin):
+            assert counts[q] == len(ti)
+            assert (D[q, :len(td)] == td).all() and (I[q, :len(ti)] == ti).all()
+            assert (D[q, len(td):] == -1).all() and (I[q, len(ti):] == -1).all()
+    else:
+        assert (counts == [len(t[1]) for t in twin]).all()
+        assert (D == np.concatenate([t[0] for t in twin] or [[]])).all()
+        assert (I == np.concatenate([t[1] for t in twin] or [[]])).all()
