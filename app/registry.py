@@ -4,8 +4,9 @@ Every index folder found at start-up is opened on its own: one that fails (corru
 unreadable metadata, no file descriptors left) is listed under ``unavailable`` with its state
 and reason, and every other index serves. Create is atomic: the configuration is validated by
 the engine's own constructor before anything is written, the folder appears complete (rename)
-and is removed again if the index cannot be opened. Names are unique regardless of case, and
-the number of indexes is capped (``max_indexes``).
+and is removed again if the index cannot be opened; a restore fills the folder before that
+rename. Names are unique regardless of case, and the number of indexes is capped
+(``max_indexes``).
 """
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch import __version__
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
-from bucketsearch.index.storage import catalog
 from bucketsearch.index.factory import check_served_mode
+from bucketsearch.index.storage import backup, catalog
 from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
+RETRY_UNAVAILABLE_S = 10.0  # a read-only server tries an index it could not open again after
+RESTORE_CHUNK = 1 << 20  # items per WAL record of a restore (a record is at most 2 GiB)
 
 
 class IndexNotFound(LookupError):
@@ -52,11 +56,19 @@ class IndexUnavailable(OSError):
 class Entry:
     name: str
     bits: int
-    mode: str
-    substrings: int | None
     live: LiveIndex
     cost: CostTracker
     folder: Path
+    follow_error: str | None = None  # read-only server: why the last catch-up failed
+
+    @property
+    def mode(self) -> str:
+        """The current mode (the newest snapshot's: a mode change writes one)."""
+        return self.live.mode
+
+    @property
+    def substrings(self) -> int | None:
+        return self.live.substrings
 
     @property
     def state(self) -> str:
@@ -72,6 +84,7 @@ class Unavailable:
     meta: dict | None
     state: str
     reason: str
+    retry_at: float = 0.0  # read-only server: when following may try to open it again
 
 
 class Registry:
@@ -83,6 +96,8 @@ class Registry:
         self.entries: dict[str, Entry] = {}
         self.unavailable: dict[str, Unavailable] = {}
         self.data_lock = None if settings.read_only else catalog.DataDirLock(settings.data_dir)
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
 
     def redact(self, text: str | None) -> str | None:
         """``text`` without file paths (reasons are shown to clients)."""
@@ -93,40 +108,84 @@ class Registry:
         live = LiveIndex(folder, int(meta["bits"]), meta["mode"], meta.get("substrings"),
                          max_probes=s.max_probes, merge_threshold=s.merge_threshold,
                          read_only=s.read_only, mmap=s.mmap)
-        return Entry(meta["name"], int(meta["bits"]), meta["mode"], meta.get("substrings"), live,
-                     CostTracker(int(meta["bits"])), folder)
+        return Entry(meta["name"], int(meta["bits"]), live, CostTracker(int(meta["bits"])), folder)
 
     def load_all(self) -> None:
-        """Open every index folder; a failure is isolated to its index."""
+        """Open every index folder; a failure is isolated to its index. A read-only server
+        then follows the writer (:meth:`follow`)."""
         for found in catalog.read_folders(self.root, clean=not self.settings.read_only):
-            t = time.perf_counter()
-            if self._taken(found.name) is not None:
-                self.unavailable[found.name + f"@{found.folder.name}"] = Unavailable(
-                    found.name, found.folder, found.meta, "unavailable",
-                    f"another folder holds an index named {found.name!r}")
-                continue
-            if found.meta is None:
-                self._fail(found.name, found.folder, None, "unavailable", found.error)
-                continue
+            self._load(found)
+        if self.settings.read_only and self._follower is None:
+            self._follower = threading.Thread(target=self._follow_loop, daemon=True,
+                                              name="follow-writer")
+            self._follower.start()
+
+    def _load(self, found: catalog.IndexFolder) -> None:
+        """Open one folder found on disk, or list it as unavailable with the reason."""
+        t = time.perf_counter()
+        if self._taken(found.name) is not None:
+            self.unavailable[found.name + f"@{found.folder.name}"] = Unavailable(
+                found.name, found.folder, found.meta, "unavailable",
+                f"another folder holds an index named {found.name!r}")
+            return
+        if found.meta is None:
+            self._fail(found.name, found.folder, None, "unavailable", found.error)
+            return
+        try:
+            entry = self._open(found.folder, found.meta)
+        except (CorruptIndexError, CorruptLogError) as exc:
+            self._fail(found.name, found.folder, found.meta, "corrupt",
+                       f"{exc}; run 'bucketsearch repair --data-dir DIR --index "
+                       f"{found.name}'")
+            return
+        except Exception as exc:  # noqa: BLE001 -- any failure stays with its index
+            self._fail(found.name, found.folder, found.meta, "unavailable",
+                       f"{type(exc).__name__}: {exc}")
+            return
+        self.entries[found.name] = entry
+        log.info("index %s: loaded %d items (%s, %d bits) in %.2f s", found.name,
+                 entry.live.ntotal, entry.mode, entry.bits, time.perf_counter() - t)
+
+    def _follow_loop(self) -> None:
+        interval = self.settings.follow_interval_s
+        while not self._stop.wait(interval):
             try:
-                entry = self._open(found.folder, found.meta)
-            except (CorruptIndexError, CorruptLogError) as exc:
-                self._fail(found.name, found.folder, found.meta, "corrupt",
-                           f"{exc}; run 'bucketsearch repair --data-dir DIR --index "
-                           f"{found.name}'")
-                continue
-            except Exception as exc:  # noqa: BLE001 -- any failure stays with its index
-                self._fail(found.name, found.folder, found.meta, "unavailable",
-                           f"{type(exc).__name__}: {exc}")
-                continue
-            self.entries[found.name] = entry
-            log.info("index %s: loaded %d items (%s, %d bits) in %.2f s", found.name,
-                     entry.live.ntotal, entry.mode, entry.bits, time.perf_counter() - t)
+                self.follow()
+            except Exception:  # noqa: BLE001 -- the next round tries again
+                log.exception("following the writer failed")
+
+    def follow(self) -> None:
+        """Read-only server: catch up with the writer. Every open index applies the records
+        committed since (or reloads after a merge); folders created since are opened, indexes
+        whose folder is gone (deleted) are dropped, unavailable ones are tried again."""
+        on_disk = {f.name: f for f in self.root.iterdir() if not f.name.startswith(".")}
+        with self._lock:
+            for name, entry in list(self.entries.items()):
+                if entry.folder.name not in on_disk:
+                    self.entries.pop(name).live.close()
+                    continue
+                try:
+                    entry.live.catch_up()
+                    entry.follow_error = None
+                except (OSError, ValueError) as exc:
+                    entry.follow_error = self.redact(f"{type(exc).__name__}: {exc}")
+                    log.warning("index %s: catching up with the writer failed: %s", name,
+                                entry.follow_error)
+            now = time.monotonic()
+            for key, bad in list(self.unavailable.items()):
+                if bad.folder.name not in on_disk or now >= bad.retry_at:
+                    del self.unavailable[key]  # gone, or tried again below
+            known = {e.folder.name for e in self.entries.values()} | \
+                {u.folder.name for u in self.unavailable.values()}
+            for found in catalog.read_folders(self.root, clean=False):
+                if found.folder.name not in known:
+                    self._load(found)
 
     def _fail(self, name, folder, meta, state: str, reason: str) -> None:
         reason = self.redact(reason)
         log.error("index %s: %s: %s", name, state, reason)
-        self.unavailable[name] = Unavailable(name, folder, meta, state, reason)
+        self.unavailable[name] = Unavailable(name, folder, meta, state, reason,
+                                             retry_at=time.monotonic() + RETRY_UNAVAILABLE_S)
 
     def _taken(self, name: str) -> str | None:
         """The existing name equal to ``name`` regardless of case, or None."""
@@ -136,7 +195,9 @@ class Registry:
                 return other
         return None
 
-    def create(self, name: str, bits: int, mode: str, substrings: int | None) -> Entry:
+    def create(self, name: str, bits: int, mode: str, substrings: int | None,
+               fill=None) -> Entry:
+        """Create an index, atomically; ``fill(folder)`` writes its files first (restore)."""
         catalog.check_name(name)
         check_served_mode(mode, bits, substrings, self.settings.max_probes)
         if self.settings.read_only:
@@ -150,7 +211,7 @@ class Registry:
                 raise IndexLimit(f"name: the server holds {limit} indexes, the limit "
                                  "max_indexes (BUCKETSEARCH_MAX_INDEXES); delete one first")
             meta = {"name": name, "bits": bits, "mode": mode, "substrings": substrings}
-            folder = catalog.create_folder(self.root, {**meta, "created_at": time.time()})
+            folder = catalog.create_folder(self.root, {**meta, "created_at": time.time()}, fill)
             try:
                 entry = self._open(folder, meta)
             except Exception as exc:
@@ -162,6 +223,39 @@ class Registry:
                 raise
             self.entries[name] = entry
             return entry
+
+    def restore(self, name: str, data: bytes) -> Entry:
+        """Create index ``name`` from a backup (:mod:`index.storage.backup`), atomically: its
+        items are logged and merged into a snapshot inside the hidden new folder, which is
+        renamed into place only when complete."""
+        meta, ids, words = backup.load(data)
+        bits, mode, substrings = meta["bits"], meta["mode"], meta.get("substrings")
+        s = self.settings
+
+        def fill(folder: Path) -> None:
+            live = LiveIndex(folder, bits, mode, substrings, max_probes=s.max_probes,
+                             merge_threshold=s.merge_threshold, background_merge=False)
+            try:
+                for start in range(0, len(ids), RESTORE_CHUNK):
+                    live.add(words[start:start + RESTORE_CHUNK], ids[start:start + RESTORE_CHUNK])
+                live.merge()
+            finally:
+                live.close()
+
+        return self.create(name, bits, mode, substrings, fill=fill)
+
+    def backup(self, entry: Entry) -> bytes:
+        """The backup file of ``entry``'s live items at one consistent state."""
+        ids, words = entry.live.state.items()
+        meta = {"name": entry.name, "bits": entry.bits, "mode": entry.mode,
+                "substrings": entry.substrings, "created_at": time.time(),
+                "bucketsearch": __version__}
+        return backup.dump(meta, ids, words)
+
+    def set_mode(self, entry: Entry, mode: str, substrings: int | None) -> bool:
+        """Rebuild ``entry`` in another mode in place (:meth:`LiveIndex.set_mode`)."""
+        check_served_mode(mode, entry.bits, substrings, self.settings.max_probes)
+        return entry.live.set_mode(mode, substrings)
 
     def get(self, name: str) -> Entry:
         entry = self.entries.get(name)
@@ -205,6 +299,9 @@ class Registry:
                        f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join()
         for entry in list(self.entries.values()):
             entry.live.close()
         if self.data_lock is not None:
@@ -248,6 +345,8 @@ class Registry:
                                 + st.delta_ids.nbytes),
             "merges": live.merges, "merging": live.merging, "last_merge": live.last_merge,
             "last_merge_error": self.redact(live.last_merge_error),
+            "applied_lsn": live.applied.lsn, "lag_ms": round(live.lag_ms, 1),
+            "follow_error": entry.follow_error,
         }
 
 

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
                                  description="delta items or tombstones that trigger a merge")
     read_only: bool = Field(False, description="refuse writes (set for several workers)")
     mmap: bool = Field(False, description="memory-map snapshot arrays (shared between workers)")
+    follow_interval_s: float = Field(
+        0.2, gt=0, le=60, description="read-only servers: seconds between two catch-ups with "
+                                      "the writer's log (new writes, merges, new and deleted "
+                                      "indexes)")
     warmup: bool = Field(True, description="compile and warm every search path before ready")
     calibration_queries: int = Field(
         64, ge=0, description="sampled queries of the t0 calibration run at startup per index")

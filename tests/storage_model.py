@@ -5,7 +5,7 @@ model never asks the index anything: distances are popcounts of XORed words comp
 ``np.unpackbits``, results are ordered by (distance, id), k-NN is padded with -1 (distance -1),
 exactly as :class:`index.storage.live.LiveIndex` promises.
 
-An operation is ``("add", ids, words)`` or ``("delete", ids)``. An operation whose outcome is
+An operation is ``("add" or "upsert", ids, words)`` or ``("delete", ids)``. An operation whose outcome is
 unknown (interrupted by a crash, or failed with the log left unrestorable) is *in limbo*: after
 the next recovery it may be present or absent, never anything else; :func:`resolve` says which.
 """
@@ -66,9 +66,9 @@ class Model:
         return ids, words
 
     def apply(self, op) -> None:
-        if op[0] == "add":
+        if op[0] in ("add", "upsert"):
             for i, row in zip(op[1], op[2]):
-                assert int(i) not in self.items, f"model: add of live id {i}"
+                assert op[0] == "upsert" or int(i) not in self.items, f"model: add of live id {i}"
                 self.items[int(i)] = tuple(int(x) for x in row)
         else:
             for i in op[1]:
@@ -148,16 +148,17 @@ def resolve(live, model: Model, limbo: list, extra_queries) -> Model:
 
 
 def model_op(write: tuple | None):
-    """A test case's write (``("add", ids, pool rows)`` or ``("delete", ids)``) as a model op."""
+    """A test case's write (``("add" or "upsert", ids, pool rows)`` or ``("delete", ids)``)
+    as a model op."""
     if write is None:
         return None
-    if write[0] == "add":
-        return ("add", np.array(write[1], dtype=np.int64), POOL[write[2]])
+    if write[0] in ("add", "upsert"):
+        return (write[0], np.array(write[1], dtype=np.int64), POOL[write[2]])
     return ("delete", np.array(write[1], dtype=np.int64))
 
 
 def _applicable(model: Model, op) -> bool:
-    return op[0] == "delete" or not any(int(i) in model.items for i in op[1])
+    return op[0] != "add" or not any(int(i) in model.items for i in op[1])
 
 
 # ------------------------------------------------------------------ the base scenario

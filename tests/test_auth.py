@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from helpers import ROOT, app_client, make_app, wait_ready
 
 from bucketsearch.app.guard import OPEN, READ, WRITE, Guard, flat_routes
-from bucketsearch.app.main import access_policy, create_app
+from bucketsearch.app.main import access_policy
 from bucketsearch.app.settings import Settings
+from bucketsearch.index.storage import backup
 
-ROOT = Path(__file__).resolve().parents[1]
 BITS = 64
 WRITE_KEY, READ_KEY, WRONG_KEY = "w-Secret_1", "r-Secret_2", "not-a-key"
 SENT = {"none": None, "read": READ_KEY, "write": WRITE_KEY, "wrong": WRONG_KEY}
@@ -67,22 +68,10 @@ def test_readme_matrix_is_the_rule():
 
 
 # ----------------------------------------------------------------------------- the app
-def wait_ready(client: TestClient) -> None:
-    deadline = time.monotonic() + 60
-    while client.get("/readyz").status_code != 200:
-        assert time.monotonic() < deadline, client.get("/readyz").text
-        time.sleep(0.02)
-
-
-def make_app(data_dir: Path, **keys):
-    return create_app(Settings(data_dir=data_dir, warmup=False, calibration_queries=0, **keys))
-
-
 def seed(data_dir: Path) -> None:
     """Index 'ix' (100 items) and 'del-<key>' (one to delete per key sent), with no keys set;
     the configured app then opens the same directory."""
-    with TestClient(make_app(data_dir)) as c:
-        wait_ready(c)
+    with app_client(data_dir) as c:
         for name in ["ix", *(f"del-{sent}" for sent in SENT)]:
             assert c.post("/v1/indexes", json={"name": name, "bits": BITS}).status_code == 201
         codes = [format(i * 0x9E3779B97F4A7C15 % 2**64, "016x") for i in range(100)]
@@ -91,6 +80,9 @@ def seed(data_dir: Path) -> None:
 
 
 _fresh = itertools.count(10_000)
+#: a valid backup of an empty index (a restore's body is a backup file, not JSON)
+EMPTY_BACKUP = backup.dump({"bits": BITS, "mode": "single"}, np.empty(0, dtype=np.int64),
+                           np.empty((0, BITS // 64), dtype=np.uint64))
 
 #: Every operation: (method, path template) -> (its group, written out here and in README, and
 #: a function giving the request's (path, json body) for key ``sent``).
@@ -122,6 +114,22 @@ EXAMPLES = {
     ("POST", "/v1/indexes/{name}/merge"): (WRITE, lambda sent: ("/v1/indexes/ix/merge", None)),
     ("POST", "/v1/indexes/{name}/cost-model/calibrate"): (WRITE, lambda sent: (
         "/v1/indexes/ix/cost-model/calibrate", {"queries": 2, "max_distance": 1})),
+    ("POST", "/v1/indexes/{name}/items/upsert"): (WRITE, lambda sent: (
+        "/v1/indexes/ix/items/upsert", {"ids": [next(_fresh)], "codes": [CODE]})),
+    ("POST", "/v1/indexes/{name}/items/get"): (READ, lambda sent: (
+        "/v1/indexes/ix/items/get", {"ids": [0]})),
+    ("PATCH", "/v1/indexes/{name}"): (WRITE, lambda sent: ("/v1/indexes/ix", {"mode": "auto"})),
+    ("GET", "/v1/indexes/{name}/backup"): (READ, lambda sent: ("/v1/indexes/ix/backup", None)),
+    ("POST", "/v1/indexes/{name}/restore"): (WRITE, lambda sent: (
+        f"/v1/indexes/rest-{next(_fresh)}/restore", EMPTY_BACKUP)),
+    ("GET", "/v1/limits"): (READ, lambda sent: ("/v1/limits", None)),
+    ("GET", "/ui"): (OPEN, lambda sent: ("/ui", None)),
+    ("GET", "/ui/static/{name}"): (OPEN, lambda sent: ("/ui/static/dashboard.css", None)),
+    ("GET", "/ui/vendor/plotly.min.js"): (OPEN, lambda sent: ("/ui/vendor/plotly.min.js", None)),
+    ("GET", "/ui/vendor/{name}"): (OPEN, lambda sent: ("/ui/vendor/plotly.css", None)),
+    ("GET", "/v1/dashboard/session"): (READ, lambda sent: ("/v1/dashboard/session", None)),
+    ("GET", "/v1/indexes/{name}/radius-profile"): (READ, lambda sent: (
+        "/v1/indexes/ix/radius-profile?max_distance=1&queries=4", None)),
 }
 
 
@@ -157,16 +165,17 @@ def test_auth_matrix_every_route(tmp_path, config_name):
     carries a body that is not even JSON: it must be refused before the body is parsed."""
     config = CONFIGS[config_name]
     seed(tmp_path / "d")
-    app = make_app(tmp_path / "d", **config)
     failures = []
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d", **config) as c:
         for (method, template), (group, example) in sorted(EXAMPLES.items()):
             for sent in SENT:
                 want = expected(group, config, sent)
                 path, body = example(sent)
-                kwargs = {"json": body} if body is not None else {}
                 headers = _headers(sent)
+                kwargs = {"json": body} if body is not None else {}
+                if isinstance(body, bytes):
+                    kwargs = {"content": body}
+                    headers["content-type"] = "application/octet-stream"
                 if want != "2xx" and method == "POST":
                     kwargs = {"content": b"{not json"}
                     headers["content-type"] = "application/json"
@@ -183,15 +192,14 @@ def test_auth_matrix_every_route(tmp_path, config_name):
 def test_read_key_alone_never_opens_writes(tmp_path):
     """The bug of issue 10: with only BUCKETSEARCH_READ_KEY set, anyone could write."""
     seed(tmp_path / "d")
-    app = make_app(tmp_path / "d", read_key=READ_KEY)
     writes = [op for op, (group, _) in EXAMPLES.items() if group == WRITE]
     assert len(writes) >= 6
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d", read_key=READ_KEY) as c:
         size = c.get("/v1/indexes/ix", headers=_headers("read")).json()["size"]
         for (method, template), sent in itertools.product(writes, SENT):
             path, body = EXAMPLES[(method, template)][1](sent)
-            r = c.request(method, path, json=body, headers=_headers(sent))
+            kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+            r = c.request(method, path, **kwargs, headers=_headers(sent))
             assert r.status_code == 403, (method, path, sent, r.text)
             assert "BUCKETSEARCH_API_KEY" in r.json()["detail"]
             assert "writes are disabled" in r.json()["detail"]
@@ -201,9 +209,7 @@ def test_read_key_alone_never_opens_writes(tmp_path):
 
 
 def test_unknown_routes_do_not_bypass_auth(tmp_path):
-    app = make_app(tmp_path / "d", api_key=WRITE_KEY, read_key=READ_KEY)
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d", api_key=WRITE_KEY, read_key=READ_KEY) as c:
         for method, path in [("POST", "/v1/indexes/ix/unknown"), ("PUT", "/v1/indexes/ix"),
                              ("PATCH", "/v1/indexes"), ("GET", "/v1/secret"),
                              ("GET", "/nothing-here"), ("POST", "/healthz"),
@@ -222,9 +228,7 @@ def test_unknown_routes_do_not_bypass_auth(tmp_path):
                                     f"Token {WRITE_KEY}", WRITE_KEY, f"Bearer {WRITE_KEY} x",
                                     f"Bearer {WRITE_KEY}x", f"Bearer {WRITE_KEY[:-1]}"])
 def test_malformed_and_near_miss_keys(tmp_path, header):
-    app = make_app(tmp_path / "d", api_key=WRITE_KEY)
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d", api_key=WRITE_KEY) as c:
         r = c.post("/v1/indexes", json={"name": "a", "bits": 8},
                    headers={"Authorization": header})
         assert r.status_code in (401, 403), r.text
@@ -238,9 +242,7 @@ def test_malformed_and_near_miss_keys(tmp_path, header):
 
 def test_key_is_checked_before_the_body(tmp_path):
     """A 64 MB Content-Length, a malformed body or a slow body: none is read without the key."""
-    app = make_app(tmp_path / "d", api_key=WRITE_KEY, max_body_bytes=4096)
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d", api_key=WRITE_KEY, max_body_bytes=4096) as c:
         for path in ["/v1/indexes", "/v1/indexes/ix/items", "/v1/indexes/ix/items/delete",
                      "/v1/indexes/ix/cost-model/calibrate"]:
             r = c.post(path, content=b"x" * 10_000, headers={"content-type": "application/json"})
@@ -299,11 +301,9 @@ def test_keys_must_be_usable(tmp_path):
 
 def test_a_key_set_at_runtime_takes_effect(tmp_path):
     """The guard caches key digests per settings object and key: a change is seen at once."""
-    app = make_app(tmp_path / "d")
-    with TestClient(app) as c:
-        wait_ready(c)
+    with app_client(tmp_path / "d") as c:
         assert c.get("/v1/indexes").status_code == 200
-        app.state.settings.read_key = Settings(data_dir=tmp_path, read_key=READ_KEY).read_key
+        c.app.state.settings.read_key = Settings(data_dir=tmp_path, read_key=READ_KEY).read_key
         assert c.get("/v1/indexes").status_code == 401
         assert c.get("/v1/indexes", headers=_headers("read")).status_code == 200
         assert c.post("/v1/indexes", json={"name": "x", "bits": 8}).status_code == 403

@@ -84,6 +84,7 @@ class Case:
     write: tuple | None = None
     merge: bool = False
     prepare: object = None  # the operation is the opening, after this
+    set_mode: bool = False  # the operation is a mode change (single <-> mih, rebuilt in place)
 
     def model_op(self):
         return model_op(self.write)
@@ -92,6 +93,8 @@ class Case:
 CASES = [
     Case("add", write=("add", [100, 101], [21, 22])),
     Case("add-reinsert", write=("add", [5], [23])),
+    Case("upsert", write=("upsert", [0, 3, 5, 100], [21, 22, 23, 24])),
+    Case("set-mode", set_mode=True),
     Case("delete", write=("delete", [0, 13, 3])),
     Case("merge", merge=True),
     Case("first-merge", base="fresh", merge=True),
@@ -105,16 +108,22 @@ def perform(case: Case, live: LiveIndex) -> None:
     op = case.model_op()
     if op is not None and op[0] == "add":
         live.add(op[2], op[1])
+    elif op is not None and op[0] == "upsert":
+        live.upsert(op[2], op[1])
     elif op is not None:
         live.delete(op[1])
     if case.merge:
         live.merge()
+    if case.set_mode:
+        live.set_mode("mih" if live.mode == "single" else "single")
 
 
 def phase(call: str, name: str) -> str:
     """Which step of a write a storage call belongs to (for the summary)."""
     if call == "unlink":
         return "cleanup"
+    if name == "wal.committed":
+        return "commit position"
     if name.startswith("wal-") and (name.endswith(".tmp") or call == "rename"):
         return "rotate"
     if name.startswith("wal-") and ".broken" in name:

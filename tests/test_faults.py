@@ -52,11 +52,12 @@ from bucketsearch.index.storage.wal import LogFailed
 @dataclass(frozen=True)
 class Case:
     name: str
-    write: tuple | None = None  # ("add", ids, rows) or ("delete", ids)
+    write: tuple | None = None  # ("add" or "upsert", ids, rows) or ("delete", ids)
     merge: bool = False
     background: bool = False
     prepare: object = None  # damage planted before opening: the operation is the opening
     quarantined: int = 0  # at most this many set aside as corrupt (the planted damage)
+    set_mode: bool = False  # the operation is a mode change (single <-> mih, rebuilt in place)
 
     @property
     def opens(self) -> bool:
@@ -72,6 +73,8 @@ class Case:
 CASES = [
     Case("add", write=("add", [100, 101], [21, 22])),
     Case("add-reinsert", write=("add", [5], [23])),
+    Case("upsert", write=("upsert", [0, 3, 5, 100], [21, 22, 23, 24])),
+    Case("set-mode", set_mode=True),
     Case("delete", write=("delete", [0, 13, 3])),
     Case("merge", merge=True),
     Case("add+background-merge", write=("add", [102], [24]), background=True),
@@ -84,12 +87,16 @@ def perform(case: Case, live: LiveIndex) -> None:
     op = case.model_op()
     if op is not None and op[0] == "add":
         assert live.add(op[2], op[1]) == len(op[1])
+    elif op is not None and op[0] == "upsert":
+        assert sum(live.upsert(op[2], op[1])) == len(op[1])
     elif op is not None:
         assert live.delete(np.append(op[1], 999)) == len(op[1])  # 999: absent, ignored
     if case.merge:
         assert live.merge()
     if case.background:
         live.wait_for_merge()
+    if case.set_mode:
+        assert live.set_mode("mih" if live.mode == "single" else "single")
 
 
 def kinds_for(call: str, sticky: bool = False) -> list[tuple[str, dict]]:

@@ -130,9 +130,20 @@ class LiveIndexMachine(RuleBasedStateMachine):
         present = [i for i in ids if i in self.model.items]
         return ("delete", np.array(present, dtype=np.int64)) if present else None
 
+    def _upsert_op(self, ids, rows):
+        return ("upsert", np.array(ids, dtype=np.int64), self.pool[rows[:len(ids)]]) \
+            if ids else None
+
+    def _op_for(self, point, ids, rows):
+        return {"add": self._add_op, "delete": lambda i, r: self._delete_op(i),
+                "upsert": self._upsert_op}.get(point, lambda i, r: None)(ids, rows)
+
     def _run(self, op) -> None:
         if op[0] == "add":
             assert self.live.add(op[2], op[1]) == len(op[1])
+        elif op[0] == "upsert":
+            replaced = sum(int(i) in self.model.items for i in op[1])
+            assert self.live.upsert(op[2], op[1]) == (len(op[1]) - replaced, replaced)
         else:
             assert self.live.delete(op[1]) == len(op[1])
 
@@ -174,6 +185,24 @@ class LiveIndexMachine(RuleBasedStateMachine):
         assert self.live.add(words, [i]) == 1
         self._acknowledged(("add", np.array([i]), words))
 
+    @rule(ids=ids_strategy, rows=rows_strategy)
+    def upsert(self, ids, rows):
+        """Insert or replace in one record; applied twice, the same state."""
+        op = self._upsert_op(ids, rows)
+        if op is not None:
+            self._run(op)
+            self._acknowledged(op)
+
+    @rule(mode=st.sampled_from(["single", "mih", "auto"]))
+    def set_mode(self, mode):
+        """A rebuild in place: same items, another engine; a reopen keeps the new mode."""
+        if self.live.failed:
+            with pytest.raises(LogFailed):
+                self.live.set_mode(mode)
+            return
+        self.live.set_mode(mode)
+        assert self.live.mode == mode
+
     @rule()
     def merge(self):
         if self.live.failed:  # the log could not be restored: rotation is refused
@@ -189,27 +218,30 @@ class LiveIndexMachine(RuleBasedStateMachine):
     def wait_for_background_merge(self):
         self.live.wait_for_merge()
 
-    @rule(point=st.sampled_from(["idle", "add", "delete", "merge", "open"]),
+    @rule(point=st.sampled_from(["idle", "add", "delete", "upsert", "merge", "set_mode",
+                                 "open"]),
           at=at_strategy, short=st.booleans(), ids=ids_strategy, rows=rows_strategy)
     def crash(self, point, at, short, ids, rows):
         """The process dies at the ``at``-th storage call of ``point`` (or after it when it
         makes fewer calls), then the index is reopened from the directory."""
         self._quiesce()
         plan = FaultPlan(at=at, crash=True, short=short)
-        op = self._add_op(ids, rows) if point == "add" else \
-            self._delete_op(ids) if point == "delete" else None
+        op = self._op_for(point, ids, rows)
+        before = self.live.mode
         try:
             with fsio.inject(plan):
                 if op is not None:
                     self._run(op)
                 elif point == "merge":
                     self.live.merge()
+                elif point == "set_mode":
+                    self.live.set_mode("mih" if before != "mih" else "single")
         except SimulatedCrash:
             note(f"crash: {point} interrupted")
             if op is not None:
                 self.limbo.append(op)
-        except LogFailed:  # a merge while the log is fail-stopped: refused, nothing written
-            assert point == "merge" and self.live.failed
+        except LogFailed:  # a merge or mode change while the log is fail-stopped: refused
+            assert point in ("merge", "set_mode") and self.live.failed
         else:
             if op is not None:
                 self._acknowledged(op)
@@ -222,15 +254,14 @@ class LiveIndexMachine(RuleBasedStateMachine):
                 note("crash: recovery interrupted")
         self._recovered(self._open())
 
-    @rule(point=st.sampled_from(["add", "delete", "merge", "open"]), at=at_strategy,
+    @rule(point=st.sampled_from(["add", "delete", "upsert", "merge", "open"]), at=at_strategy,
           err=st.sampled_from([errno.ENOSPC, errno.EIO]), short=st.booleans(),
           sticky=st.booleans(), ids=ids_strategy, rows=rows_strategy)
     def fault(self, point, at, err, short, sticky, ids, rows):
         """A storage fault under one operation; afterwards the disk works again."""
         self._quiesce()
         plan = FaultPlan(at=at, errno=err, short=short, sticky=sticky)
-        op = self._add_op(ids, rows) if point == "add" else \
-            self._delete_op(ids) if point == "delete" else None
+        op = self._op_for(point, ids, rows)
         if point == "open":
             self.live = None  # abandoned (a restart), reopened under the fault
             try:

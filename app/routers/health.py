@@ -1,4 +1,4 @@
-"""Liveness, readiness and the Prometheus endpoint."""
+"""Liveness, readiness, the request limits and the Prometheus endpoint."""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,7 +7,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from bucketsearch.app.schemas import Health, error_responses
+from bucketsearch.app.deps import ReadAuth, SettingsDep
+from bucketsearch.app.schemas import Health, Limits, error_responses
 
 router = APIRouter(tags=["health"], responses=error_responses(413))
 
@@ -38,6 +39,12 @@ async def readyz(request: Request):
         return Health(status="ready", indexes=len(registry.entries),
                       state_counts=dict(Counter(s["state"] for s in states.values())))
     return Health(status="ready", indexes=len(registry.entries), index_states=states)
+
+
+@router.get("/v1/limits", response_model=Limits, dependencies=[ReadAuth])
+def limits(settings: SettingsDep) -> dict:
+    """The limits a request must keep to (a client splits its batches under them)."""
+    return {name: getattr(settings, name) for name in Limits.model_fields}
 
 
 @router.get("/metrics", response_class=Response,

@@ -1,4 +1,5 @@
-"""Index lifecycle and writes: create, list, describe, delete, insert, delete items, merge."""
+"""Index lifecycle and writes: create, list, describe, change mode, delete, insert, upsert,
+read and delete items, merge, backup and restore."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -8,9 +9,12 @@ from fastapi import APIRouter, Query, Request, Response
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
                                    SettingsDep, WriteAuth)
-from bucketsearch.app.parsing import check_batch, content_type, parse_items
-from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, IndexInfo, IndexList, ItemsIn,
-                                      WriteOut, error_responses, json_or_octet_body)
+from bucketsearch.app.parsing import (check_batch, content_type, parse_items,
+                                     unsupported_media_type)
+from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, GetIn, GetOut, IndexInfo,
+                                      IndexList, ItemsIn, SetMode, WriteOut, error_responses,
+                                      json_or_octet_body)
+from bucketsearch.index.codes import to_hex
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
@@ -32,6 +36,10 @@ The response comes only after the write-ahead-log record is fsynced: an acknowle
 survives a crash."""
 
 ITEMS_BODY = json_or_octet_body(ItemsIn)
+FirstId = Annotated[int | None, Query(ge=0, le=MAX_ID, description="octet-stream only: ids are "
+                                      "first_id, first_id+1, ... and the body holds codes only")]
+BACKUP_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
+    "schema": {"type": "string", "format": "binary"}}}}}
 
 
 @router.post("", status_code=201, response_model=IndexInfo, dependencies=[WriteAuth])
@@ -54,6 +62,15 @@ def get_index(entry: EntryDep, registry: RegistryDep) -> dict:
     return registry.info(entry)
 
 
+@router.patch("/{name}", response_model=IndexInfo, dependencies=[WriteAuth])
+def set_mode(entry: EntryDep, body: SetMode, registry: RegistryDep) -> dict:
+    """Change the index's mode: rebuilt in place as a merge whose snapshot is in the new mode
+    (searches and writes go on meanwhile; a crash keeps the old mode or the new one, never a
+    mix). Answers when the new mode serves."""
+    registry.set_mode(entry, body.mode, body.substrings)
+    return registry.info(entry)
+
+
 @router.delete("/{name}", status_code=204, dependencies=[WriteAuth])
 def delete_index(name: IndexName, registry: RegistryDep) -> Response:
     """Delete an index (also a corrupt or unavailable one) and its files."""
@@ -64,13 +81,33 @@ def delete_index(name: IndexName, registry: RegistryDep) -> Response:
 @router.post("/{name}/items", response_model=WriteOut, dependencies=[WriteAuth],
              openapi_extra=ITEMS_BODY, description=RAW_LAYOUT)
 def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
-              first_id: Annotated[int | None, Query(
-                  ge=0, le=MAX_ID, description="octet-stream only: ids are first_id, "
-                  "first_id+1, ... and the body holds codes only")] = None) -> dict:
+              first_id: FirstId = None) -> dict:
     """Insert a batch of items (JSON or raw packed bytes); acknowledged after the WAL fsync."""
     ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id)
     n = entry.live.add(words, ids)
     return {"inserted": n, "size": entry.live.ntotal}
+
+
+@router.post("/{name}/items/upsert", response_model=WriteOut, dependencies=[WriteAuth],
+             openapi_extra=ITEMS_BODY, description=RAW_LAYOUT.replace(
+                 " and not already in the index (409 otherwise)", "; an id already in the index "
+                 "gets its new code"))
+def upsert_items(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
+                 first_id: FirstId = None) -> dict:
+    """Insert or replace a batch of items in one durable WAL record (all or nothing);
+    idempotent, so a client may retry it."""
+    ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id)
+    inserted, replaced = entry.live.upsert(words, ids)
+    return {"inserted": inserted, "replaced": replaced, "size": entry.live.ntotal}
+
+
+@router.post("/{name}/items/get", response_model=GetOut, dependencies=[ReadAuth])
+def get_items(entry: EntryDep, body: GetIn, settings: SettingsDep) -> dict:
+    """The codes of items by id (null for an id that is not live), from one consistent state."""
+    check_batch(len(body.ids), settings, "ids")
+    found, words = entry.live.get(np.asarray(body.ids, dtype=np.int64))
+    codes = to_hex(words, entry.bits)
+    return {"ids": body.ids, "codes": [c if f else None for c, f in zip(codes, found)]}
 
 
 @router.post("/{name}/items/delete", response_model=WriteOut, dependencies=[WriteAuth])
@@ -87,3 +124,26 @@ def merge(entry: EntryDep, registry: RegistryDep) -> dict:
     started when the delta reaches BUCKETSEARCH_MERGE_THRESHOLD)."""
     entry.live.merge()
     return registry.info(entry)
+
+
+@router.get("/{name}/backup", dependencies=[ReadAuth],
+            response_class=Response, responses={200: {"content": {"application/octet-stream": {
+                "schema": {"type": "string", "format": "binary"}}}}})
+def backup(entry: EntryDep, registry: RegistryDep) -> Response:
+    """The index's live items at one consistent state, as a self-checking backup file (magic,
+    JSON header with bits and mode, ids, codes, CRC-32); ``POST /restore`` reads it."""
+    return Response(registry.backup(entry), media_type="application/octet-stream",
+                    headers={"Content-Disposition":
+                             f'attachment; filename="{entry.name}.bsbackup"'})
+
+
+@router.post("/{name}/restore", status_code=201, response_model=IndexInfo,
+             dependencies=[WriteAuth], openapi_extra=BACKUP_BODY)
+def restore(name: IndexName, request: Request, body: BodyBytes, registry: RegistryDep) -> dict:
+    """Create index ``name`` from a backup file (application/octet-stream), atomically: it
+    appears complete or not at all; 409 if the name exists. Bits, mode and substrings come
+    from the backup."""
+    ctype = content_type(request)
+    if ctype != "application/octet-stream":
+        raise unsupported_media_type(ctype, "application/octet-stream (a backup file)")
+    return registry.info(registry.restore(name, body))

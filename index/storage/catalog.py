@@ -104,13 +104,16 @@ def read_folders(root: Path, clean: bool = True) -> list[IndexFolder]:
     return found
 
 
-def create_folder(root: Path, meta: dict) -> Path:
-    """Create ``<name>.<id>/index.json`` atomically; returns the folder."""
+def create_folder(root: Path, meta: dict, fill=None) -> Path:
+    """Create ``<name>.<id>/index.json`` atomically; returns the folder. ``fill(tmp)`` writes
+    the index's files (a restore) into the hidden folder before it is renamed into place."""
     tmp = root / f".creating-{uuid.uuid4().hex}"
     final = root / f"{meta['name']}.{uuid.uuid4().hex[:12]}"
     fsio.mkdir(tmp)
     try:
         fsio.write_file(tmp / META, json.dumps(meta, indent=1).encode())
+        if fill is not None:
+            fill(tmp)
         fsio.fsync_path(tmp)
         fsio.rename(tmp, final)
         fsio.fsync_path(root)

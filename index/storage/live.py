@@ -40,13 +40,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.storage import fsio
 from bucketsearch.index.codes import as_words, check_bits, n_words
 from bucketsearch.index.factory import check_served_mode, load_index, make_index
+from bucketsearch.index.kernels import merge_rows
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog, cut_torn_tail,
-                                    list_segments, record, salvage, scan_segment)
+from bucketsearch.index.storage import follow, fsio
+from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog,
+                                            cut_torn_tail, list_segments, record, salvage,
+                                            scan_segment)
 
 log = logging.getLogger(__name__)
 
@@ -71,37 +73,30 @@ def with_probe_limit(main, limit: int | None):
     return view
 
 
-def merge_sorted(nq: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
-    """Merge per-query result lists ``(query, distance, id)`` into CSR ``lims, D, I`` ordered by
-    (distance, id) within each query."""
-    q = np.concatenate([p[0] for p in parts]) if parts else _EMPTY_IDS
-    d = np.concatenate([p[1] for p in parts]).astype(np.int32) if parts else np.empty(0, np.int32)
-    i = np.concatenate([p[2] for p in parts]).astype(np.int64) if parts else _EMPTY_IDS
-    order = np.lexsort((i, d, q))
-    q, d, i = q[order], d[order], i[order]
-    lims = np.zeros(nq + 1, dtype=np.int64)
-    np.cumsum(np.bincount(q, minlength=nq), out=lims[1:])
-    return lims, d, i
+def _lims(counts: np.ndarray) -> np.ndarray:
+    lims = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    return lims
 
 
-def _csr_parts(lims, D, I, drop: np.ndarray | None):
-    q = np.repeat(np.arange(len(lims) - 1, dtype=np.int64), np.diff(lims))
-    D, I = np.asarray(D), np.asarray(I)
-    if drop is not None and len(drop) and len(I):
-        keep = ~np.isin(I, drop)
-        q, D, I = q[keep], D[keep], I[keep]
-    return q, D, I
+def _row_lims(nq: int, width: int) -> np.ndarray:
+    """CSR ``lims`` of ``(nq, width)`` rows read as flat arrays."""
+    return np.arange(nq + 1, dtype=np.int64) * width
 
 
-def _knn_parts(D, I, drop: np.ndarray | None):
-    D, I = np.asarray(D), np.asarray(I)
-    nq, k = I.shape
-    q = np.repeat(np.arange(nq, dtype=np.int64), k)
-    D, I = D.ravel(), I.ravel()
-    keep = I >= 0
-    if drop is not None and len(drop):
-        keep &= ~np.isin(I, drop)
-    return q[keep], D[keep], I[keep]
+def merge_results(nq: int, main: tuple, delta: tuple, tombstones: np.ndarray, k: int = -1):
+    """Main-table results minus the tombstoned ids, merged with the delta's, both already
+    ordered by (distance, id) per query (CSR ``(lims, D, I)``, padding id -1 skipped) by
+    :func:`index.kernels.merge_rows`: nothing is sorted again. ``k < 0``: CSR ``(lims, D,
+    I)``; ``k >= 1``: ``(D, I)`` of shape ``(nq, k)`` padded with -1."""
+    counts, D, I = merge_rows(*main, *delta, tombstones, k)
+    if k < 0:
+        return _lims(counts), D, I
+    return D.reshape(nq, k), I.reshape(nq, k)
+
+
+def _empty_csr(nq: int) -> tuple:
+    return np.zeros(nq + 1, dtype=np.int64), np.empty(0, np.int32), _EMPTY_IDS
 
 
 @dataclass(frozen=True)
@@ -140,6 +135,43 @@ class LiveState:
             return np.zeros(len(ids), dtype=bool)
         return self.main_ids_sorted[pos] == ids
 
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, words)`` of every live item: the main index's minus tombstones, then the
+        delta's."""
+        main = self.main
+        keep = ~np.isin(np.asarray(main.ids), self.tombstones) if main.ntotal \
+            else np.zeros(0, dtype=bool)
+        words = np.concatenate([np.asarray(main.words)[keep], self.delta_words])
+        ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep], self.delta_ids])
+        return ids, words
+
+    def get(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, words)`` of ``ids``: a delta copy wins over the main one (a re-insert)."""
+        words = np.zeros((len(ids), n_words(self.bits)), dtype=np.uint64)
+        found = np.zeros(len(ids), dtype=bool)
+        if self.main.ntotal:
+            main_ids = np.asarray(self.main.ids, dtype=np.int64)
+            order = getattr(self.main, "_id_order", None)
+            if order is None:  # computed once per main index (immutable between merges)
+                order = self.main._id_order = np.argsort(main_ids, kind="stable")
+            pos = np.minimum(np.searchsorted(main_ids, ids, sorter=order), len(order) - 1)
+            hit = (main_ids[order[pos]] == ids) & ~np.isin(ids, self.tombstones)
+            words[hit] = np.asarray(self.main.words)[order[pos[hit]]]
+            found |= hit
+        if len(self.delta_ids):
+            if len(ids) <= 16:  # a few vectorized O(delta) compares beat a sort of the delta
+                rows = np.array([(np.flatnonzero(self.delta_ids == i)[:1].tolist() or [-1])[0]
+                                 for i in ids], dtype=np.int64)
+            else:
+                order = np.argsort(self.delta_ids, kind="stable")
+                at = np.minimum(np.searchsorted(self.delta_ids, ids, sorter=order),
+                                len(order) - 1)
+                rows = np.where(self.delta_ids[order[at]] == ids, order[at], -1)
+            hit = rows >= 0
+            words[hit] = self.delta_words[rows[hit]]
+            found |= hit
+        return found, words
+
     def live_mask(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` are currently live (present and not deleted)."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -154,15 +186,13 @@ class LiveState:
         searching): the main index is capped at ``max_results + len(tombstones)`` (at most that
         many of its results are dropped), the delta scan at what the main index left."""
         nq = len(xq)
-        parts = []
-        st = None
+        main = with_probe_limit(self.main, max_probes)
         if self.delta is None and not len(self.tombstones):  # fast path: the main table only
-            res = with_probe_limit(self.main, max_probes).range_search(
-                xq, radius, stats=stats, max_results=max_results)
+            res = main.range_search(xq, radius, stats=stats, max_results=max_results)
             return (*res[:3], res[3] if stats else None)
-        found = 0  # live results of the main index
+        st = None
+        main_res = _empty_csr(nq)
         if stats or self.main.ntotal:
-            main = with_probe_limit(self.main, max_probes)
             try:
                 res = main.range_search(xq, radius, stats=stats, max_results=None
                                         if max_results is None
@@ -170,23 +200,23 @@ class LiveState:
             except ResultLimitError as exc:
                 raise ResultLimitError(max_results, exc.reached - len(self.tombstones)) \
                     from None
-            lims, D, I = res[:3]
+            main_res = res[:3]
             st = res[3] if stats else None
-            parts.append(_csr_parts(lims, D, I, self.tombstones))
-            found = len(parts[-1][2])
-            if max_results is not None and found > max_results:
+        found = len(main_res[2])  # live results of the main index
+        if max_results is not None and len(self.tombstones) and found:
+            found -= int(np.isin(main_res[2], self.tombstones).sum())
+            if found > max_results:
                 raise ResultLimitError(max_results, found)
+        delta_res = _empty_csr(nq)
         if self.delta is not None:
             t = time.perf_counter_ns()
             try:
-                lims, D, I = self.delta.range_search(
+                delta_res = self.delta.range_search(
                     xq, radius, max_results=None if max_results is None else max_results - found)
             except ResultLimitError as exc:
                 raise ResultLimitError(max_results, found + exc.reached) from None
             self._note_delta(st, time.perf_counter_ns() - t)
-            parts.append(_csr_parts(lims, D, I, None))
-        lims, D, I = merge_sorted(nq, parts)
-        return lims, D, I, st
+        return (*merge_results(nq, main_res, delta_res, self.tombstones), st)
 
     def _note_delta(self, st, scan_ns: int) -> None:
         """Record the delta's linear scan on the stats: it has no buckets, so it is not in the
@@ -195,102 +225,65 @@ class LiveState:
         if st is not None:
             st.delta_items, st.delta_ns = len(self.delta_ids), int(scan_ns)
 
-    def search(self, xq: np.ndarray, k: int, stats: bool = False,
-               max_probes: int | None = None):
-        """``D, I, main_stats``: k nearest by (distance, id), padded with -1 (distance -1).
+    def search(self, xq: np.ndarray, k: int, max_distance: int | None = None,
+               stats: bool = False, max_probes: int | None = None):
+        """``D, I, main_stats``: the k nearest by (distance, id) (within ``max_distance`` when
+        given), padded with id -1 and distance -1.
 
         Tombstones hide main-index items only: an id deleted and inserted again lives in the
         delta. The delta is scanned first; when it holds k items within distance ``b`` of a
-        query, the main table only needs a radius-``b`` range search for that query (the
-        union's k nearest are within ``b``). Other queries run the main table's k-NN search; a
-        query whose k nearest in the main table include tombstones is searched again with twice
-        the k until k live items are found.
+        query, the main table only needs its k nearest within ``b`` for that query (the union's
+        k nearest are within ``b``). A query whose k nearest in the main table include
+        tombstones is searched again with twice the k until k live items are found (or every
+        item within the radius was returned). Main and delta rows, each ordered by (distance,
+        id) by its kernel, are merged without sorting again (:func:`merge_results`).
         """
         nq = len(xq)
-        parts, st_parts = [], []
-        bound = np.full(nq, -1, dtype=np.int64)
+        R = self.bits if max_distance is None else int(max_distance)
+        delta_rows = (_row_lims(nq, 0), np.empty(0, np.int32), _EMPTY_IDS)
+        bound = np.full(nq, R, dtype=np.int64)
         delta_ns = 0
         if self.delta is not None:
             kd = min(k, len(self.delta_ids))
             t = time.perf_counter_ns()
-            Dd, Id = self.delta.search(xq, kd)
+            Dd, Id = self.delta.search(xq, kd, max_distance=R)
             delta_ns = time.perf_counter_ns() - t
-            parts.append(_knn_parts(Dd, Id, None))
-            if kd == k:
-                bound = Dd[:, k - 1].astype(np.int64)
+            delta_rows = (_row_lims(nq, kd), Dd.ravel(), Id.ravel())
+            if kd == k:  # a row padded with -1 (fewer than k within R) keeps the bound R
+                bound = np.where(Dd[:, k - 1] >= 0, Dd[:, k - 1], R).astype(np.int64)
         main = with_probe_limit(self.main, max_probes)
+        done_parts, st_parts = [], []
         if main.ntotal:
-            usable = bound >= 0
-            for b in np.unique(bound[usable]):
-                if main.probe_count(int(b)) > main.max_probes:
-                    usable[bound == b] = False
-                    continue
-                sel = np.flatnonzero(bound == b)
-                try:  # ties may put far more than k items within b: past this, k-NN instead
-                    res = main.range_search(xq[sel], int(b), stats=stats,
-                                            max_results=len(sel) * (k + len(self.tombstones)))
-                except ResultLimitError:
-                    usable[sel] = False
-                    continue
-                q, d, i = _csr_parts(res[0], res[1], res[2], self.tombstones)
-                parts.append((sel[q], d, i))
-                if stats:
-                    st_parts.append((sel, res[3]))
-            sel = np.flatnonzero(~usable)
-            if len(sel):
-                kk = min(k, main.ntotal)
-                todo = sel
+            for b in np.unique(bound):
+                todo, kk = np.flatnonzero(bound == b), min(k, main.ntotal)
                 while len(todo):
-                    # a query whose kk nearest hold tombstones is searched again with twice kk
-                    # until k live items are found (memory grows with the tombstones met, not
-                    # with all of them)
-                    res = main.search(xq[todo], kk, stats=stats)
+                    res = main.search(xq[todo], kk, max_distance=int(b), stats=stats)
                     D, I = res[0], res[1]
                     live_found = ((I >= 0) & ~np.isin(I, self.tombstones)).sum(axis=1)
-                    done = (live_found >= min(k, main.ntotal)) | (kk >= main.ntotal)
-                    parts.append(_drop_padding((todo[done][:, None].repeat(kk, 1).ravel(),
-                                                D[done].ravel(), I[done].ravel()),
-                                               self.tombstones))
+                    done = (live_found >= k) | (kk >= main.ntotal) | (I[:, -1] < 0)
+                    done_parts.append((todo[done], D[done], I[done]))
                     if stats:
-                        st_parts.append((todo[done], _rows(res[2], done)))
+                        st_parts.append((todo[done], res[2].rows(done)))
                     todo, kk = todo[~done], min(2 * kk, main.ntotal)
-        lims, d, i = merge_sorted(nq, parts)
-        D_out = np.full((nq, k), -1, dtype=np.int32)
-        I_out = np.full((nq, k), -1, dtype=np.int64)
-        rank = np.arange(len(i)) - np.repeat(lims[:-1], np.diff(lims))
-        keep = rank < k
-        qs = np.repeat(np.arange(nq), np.diff(lims))[keep]
-        D_out[qs, rank[keep]] = d[keep]
-        I_out[qs, rank[keep]] = i[keep]
+        width = max((p[1].shape[1] for p in done_parts), default=0)
+        Dm = np.full((nq, width), -1, dtype=np.int32)
+        Im = np.full((nq, width), -1, dtype=np.int64)
+        for sel, D, I in done_parts:
+            Dm[sel, :D.shape[1]] = D
+            Im[sel, :I.shape[1]] = I
+        D_out, I_out = merge_results(nq, (_row_lims(nq, width), Dm.ravel(), Im.ravel()),
+                                     delta_rows, self.tombstones, k)
         st = _assemble_stats(nq, st_parts) if stats and st_parts else None
         if self.delta is not None:
             self._note_delta(st, delta_ns)
         return D_out, I_out, st
 
 
-def _drop_padding(part, tombstones):
-    q, d, i = part
-    keep = i >= 0
-    if len(tombstones):
-        keep &= ~np.isin(i, tombstones)
-    return q[keep], d[keep], i[keep]
-
-
-def _rows(st, mask):
-    return type(st)(**{name: getattr(st, name)[mask] for name in st.__dataclass_fields__})
-
-
 def _assemble_stats(nq: int, st_parts):
-    """Per-query stats from several partial searches, back in query order (missing rows are 0)."""
+    """Per-query stats from several partial searches, back in query order (missing rows are 0):
+    every field of :class:`~index.base.SearchStats` is kept."""
     sel = np.concatenate([s for s, _ in st_parts])
-    st = type(st_parts[0][1]).concat([p for _, p in st_parts])
-    out = {}
-    for name in st.__dataclass_fields__:
-        arr = getattr(st, name)
-        full = np.zeros((nq,) + arr.shape[1:], dtype=arr.dtype)
-        full[sel] = arr
-        out[name] = full
-    return type(st)(**out)
+    return type(st_parts[0][1]).concat([p for _, p in st_parts]).scatter(nq, sel)
 
 
 def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
@@ -308,6 +301,7 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
     """
     if len(ops) == 1 and not check and not replace_live:
         return _apply_one(state, ops[0])
+    ops = [part for op in ops for part in _expand_upsert(op)]
     adds = [(state.delta_ids, state.delta_words)] + [(op.ids, op.words) for op in ops
                                                      if op.kind == "add"]
     add_seq = [np.full(len(state.delta_ids), -1)] + [np.full(len(op.ids), j) for j, op
@@ -348,17 +342,25 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
     return state.with_delta(a_ids[rows], a_words[rows], tomb)
 
 
+def _expand_upsert(op: Op) -> list[Op]:
+    """An upsert is a delete of its ids (a no-op for ids not live) followed by their add."""
+    if op.kind != "upsert":
+        return [op]
+    return [Op("delete", op.ids), Op("add", op.ids, op.words)]
+
+
 def _apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState:
     """:func:`apply_ops` of one op already validated against ``state`` (adds of ids that are
-    not live, deletes of live ids): O(delta) with no sort."""
-    if op.kind == "add":
-        return state.with_delta(np.concatenate([state.delta_ids, op.ids]),
-                                np.concatenate([state.delta_words, op.words]), state.tombstones,
-                                version)
-    keep = ~np.isin(state.delta_ids, op.ids)
-    hit = op.ids[state.in_main(op.ids)]
-    tomb = np.union1d(state.tombstones, hit) if len(hit) else state.tombstones
-    return state.with_delta(state.delta_ids[keep], state.delta_words[keep], tomb, version)
+    not live, deletes of live ids, any upsert): O(delta) with no sort."""
+    ids, words, tomb = state.delta_ids, state.delta_words, state.tombstones
+    if op.kind in ("delete", "upsert"):
+        keep = ~np.isin(ids, op.ids)
+        ids, words = ids[keep], words[keep]
+        hit = op.ids[state.in_main(op.ids)]
+        tomb = np.union1d(tomb, hit) if len(hit) else tomb
+    if op.kind in ("add", "upsert"):
+        ids, words = np.concatenate([ids, op.ids]), np.concatenate([words, op.words])
+    return state.with_delta(ids, words, tomb, version)
 
 
 def _snapshot_dirs(directory: Path) -> list[tuple[int, Path]]:
@@ -434,18 +436,24 @@ class LiveIndex:
         self._maybe_merge()  # a delta over the threshold at start-up is merged
 
     # ----------------------------------------------------------------------------- recovery
-    def _new_main(self):
-        return make_index(self.bits, self.mode, substrings=self.substrings,
-                          max_probes=self.max_probes)
+    def _new_main(self, mode: str | None = None, substrings: int | None = None):
+        if mode is None:
+            mode, substrings = self.mode, self.substrings
+        return make_index(self.bits, mode, substrings=substrings, max_probes=self.max_probes)
 
-    def _load_main(self, snap_dir: Path):
+    def _load_main(self, snap_dir: Path, expected_mode: str | None = None):
+        """The main index of a snapshot. Its mode is the index's current mode (a mode change
+        writes a snapshot in the new mode), so recovery adopts it; ``expected_mode`` checks
+        a snapshot just written."""
         meta = json.loads(fsio.read_bytes(snap_dir / SNAPSHOT_META))
-        if meta.get("bits") != self.bits or meta.get("mode") != self.mode:
-            raise ValueError(f"{snap_dir.name}: holds bits={meta.get('bits')} "
-                             f"mode={meta.get('mode')!r}, the index has bits={self.bits} "
-                             f"mode={self.mode!r}")
-        main = load_index(snap_dir / "main", mmap=self.mmap, expected_kind=self.mode)
+        mode = meta.get("mode")
+        if meta.get("bits") != self.bits or (expected_mode is not None and mode != expected_mode):
+            raise ValueError(f"{snap_dir.name}: holds bits={meta.get('bits')} mode={mode!r}, "
+                             f"expected bits={self.bits} mode={expected_mode or self.mode!r}")
+        main = load_index(snap_dir / "main", mmap=self.mmap, expected_kind=mode)
         main.max_probes = self.max_probes
+        if expected_mode is None:  # recovery: the snapshot's mode is the index's
+            self.mode, self.substrings = mode, meta.get("substrings", self.substrings)
         return main
 
     def _choose_base(self):
@@ -487,11 +495,20 @@ class LiveIndex:
         self.recovery.snapshot = None if through < 0 else through
         # snapshots verified by this process: the base, then each merge's (see _cleanup)
         self._previous_snapshot = self._verified_snapshot = through
-        segments = [(s, p) for s, p in list_segments(self.directory) if s > through]
+        # a follower replays only what the writer committed (follow.py); None: all valid records
+        limit = follow.read_position(self.directory) if self.read_only else None
+        segments = [(s, p) for s, p in list_segments(self.directory) if s > through
+                    and (limit is None or s <= limit.segment)]
+        self._applied = follow.Position(through + 1, len(MAGIC), through)
         ops: list[Op] = []
         size = None
         for k, (seq, path) in enumerate(segments):
             scan = scan_segment(path)
+            if limit is not None and seq == limit.segment:  # what follows was not acknowledged
+                keep = sum(end <= limit.offset for end in scan.ends)
+                scan.ops, scan.ends = scan.ops[:keep], scan.ends[:keep]
+                if scan.damage is not None and scan.damage.offset >= limit.offset:
+                    scan.damage = None
             newest = k == len(segments) - 1
             if scan.damage is not None and self.repair and (scan.damage.kind == "corrupt"
                                                             or not newest):
@@ -517,7 +534,10 @@ class LiveIndex:
                     size = max(scan.valid_bytes, len(MAGIC))
             ops.extend(scan.ops)
             self.recovery.segments.append(seq)
+            self._applied = follow.Position(seq, scan.ends[-1] if scan.ends else len(MAGIC),
+                                            through)
         self.recovery.records = len(ops)
+        self._caught_up_at = time.monotonic()
         state = self._base_state(main, version=0)
         try:
             self.state = apply_ops(state, ops, replace_live=self.repair)
@@ -528,6 +548,7 @@ class LiveIndex:
                 shutil.rmtree(leftover, ignore_errors=True)
             seq = segments[-1][0] if segments else through + 1
             self._wal = WriteAheadLog(self.directory, seq, size)
+            self._publish_position()
 
     def _salvage(self, scan) -> list[Op]:
         """Repair: keep every intact record of a damaged segment; the original bytes are kept
@@ -568,33 +589,57 @@ class LiveIndex:
     def _log(self, op: Op) -> None:
         """Append ``op`` durably, then publish the state that includes it (write lock held)."""
         self._wal.append(op)  # AppendFailed / LogFailed: nothing changed, nothing acknowledged
+        self._publish_position()
         if self._merging:
             self._during_merge.append(op)
         state = self.state
         self.state = _apply_one(state, op, version=state.version + 1)
 
-    def add(self, codes, ids) -> int:
-        """Insert codes with ids; returns once the WAL record is fsynced. Duplicate ids (in the
-        batch or already live) raise ValueError naming the first one."""
+    def _batch(self, codes, ids) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, words)`` of a write batch: as many ids as codes, no id twice."""
         self._check_writable()
-        words = as_words(codes, self.bits)
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        words = np.ascontiguousarray(as_words(codes, self.bits))
+        ids = np.array(ids, dtype=np.int64).reshape(-1)
         if len(ids) != len(words):
             raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
-        if len(ids) == 0:
-            return 0
         uniq, counts = np.unique(ids, return_counts=True)
         if (counts > 1).any():
             raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
                              "in the batch")
+        return ids, words
+
+    def add(self, codes, ids) -> int:
+        """Insert codes with ids; returns once the WAL record is fsynced. Duplicate ids (in the
+        batch or already live) raise ValueError naming the first one."""
+        ids, words = self._batch(codes, ids)
+        if len(ids) == 0:
+            return 0
         with self._write_lock:
             live = self.state.live_mask(ids)
             if live.any():
                 raise DuplicateIdError(f"ids: id {int(ids[live][0])} already exists in the "
-                                       "index (delete it first to replace it)")
-            self._log(Op("add", ids.copy(), np.ascontiguousarray(words)))
+                                       "index (delete it first, or upsert to replace it)")
+            self._log(Op("add", ids, words))
         self._maybe_merge()
         return len(ids)
+
+    def upsert(self, codes, ids) -> tuple[int, int]:
+        """Insert or replace: each id gets its new code, in one durable WAL record (all of the
+        batch or none of it). Returns ``(inserted, replaced)``. Idempotent: the same upsert
+        applied twice leaves the same state."""
+        ids, words = self._batch(codes, ids)
+        if len(ids) == 0:
+            return 0, 0
+        with self._write_lock:
+            replaced = int(self.state.live_mask(ids).sum())
+            self._log(Op("upsert", ids, words))
+        self._maybe_merge()
+        return len(ids) - replaced, replaced
+
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
+        bool per id and ``words`` its (n, W) uint64 code (zeros where not found)."""
+        return self.state.get(np.asarray(ids, dtype=np.int64).reshape(-1))
 
     def delete(self, ids) -> int:
         """Delete ids (unknown ones are ignored); returns the number deleted, once durable."""
@@ -640,7 +685,21 @@ class LiveIndex:
                 return
 
     def merge(self) -> bool:
-        """Fold the delta and tombstones into a new main snapshot; False if nothing to do.
+        """Fold the delta and tombstones into a new main snapshot; False if nothing to do."""
+        return self._rebuild(self.mode, self.substrings, force=False)
+
+    def set_mode(self, mode: str, substrings: int | None = None) -> bool:
+        """Rebuild the index in another mode, in place: a merge whose new snapshot is built in
+        ``mode``. Reads go on against the old main index until the new one is published;
+        writes go on too (logged, replayed on top). A crash before the snapshot's rename keeps
+        the old mode; after it, recovery adopts the new one. False if the mode is unchanged."""
+        check_served_mode(mode, self.bits, substrings, self.max_probes)
+        if mode == self.mode and substrings == self.substrings:
+            return False
+        return self._rebuild(mode, substrings, force=True)
+
+    def _rebuild(self, mode: str, substrings: int | None, force: bool) -> bool:
+        """Build a new main index of the live items in ``mode`` and publish it (merge).
 
         Steps (a crash at any of them loses nothing: recovery uses the newest snapshot that
         verifies, plus the log after it): rotate the WAL to segment ``s + 1``; build the new
@@ -652,27 +711,24 @@ class LiveIndex:
         with self._merge_lock:
             with self._write_lock:
                 frozen = self.state
-                if not len(frozen.delta_ids) and not len(frozen.tombstones):
+                if not force and not len(frozen.delta_ids) and not len(frozen.tombstones):
                     return False
                 through = self._wal.rotate()
                 self._merging = True
                 self._during_merge = []
             try:
                 t = time.perf_counter()
-                main = frozen.main
-                keep = ~np.isin(np.asarray(main.ids), frozen.tombstones) if main.ntotal \
-                    else np.zeros(0, dtype=bool)
-                words = np.concatenate([np.asarray(main.words)[keep], frozen.delta_words])
-                ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep],
-                                      frozen.delta_ids])
-                new_main = self._new_main()
+                ids, words = frozen.items()
+                new_main = self._new_main(mode, substrings)
                 if len(ids):
                     new_main.add(words, ids=ids)
-                snap_dir = self._write_snapshot(new_main, through)
-                verified = self._load_main(snap_dir)  # read back: checksums of what is on disk
+                snap_dir = self._write_snapshot(new_main, through, mode, substrings)
+                # read back: checksums of what is on disk
+                verified = self._load_main(snap_dir, expected_mode=mode)
                 if self.mmap:
                     new_main = verified
                 with self._write_lock:
+                    self.mode, self.substrings = mode, substrings
                     base = self._base_state(new_main, self.state.version + 1)
                     self.state = apply_ops(base, self._during_merge, check=False)
             finally:
@@ -680,16 +736,17 @@ class LiveIndex:
                     self._merging = False
                     self._during_merge = []
             self._previous_snapshot, self._verified_snapshot = self._verified_snapshot, through
+            self._publish_position()
             self.merges += 1
             self.last_merge = time.time()
             self.last_merge_error = None
             self._merge_backoff = 0.0
-            log.info("index %s: merged %d items into snapshot %d in %.2f s",
-                     self.directory.name, len(ids), through, time.perf_counter() - t)
+            log.info("index %s: merged %d items into snapshot %d (mode %s) in %.2f s",
+                     self.directory.name, len(ids), through, mode, time.perf_counter() - t)
             self._cleanup()
             return True
 
-    def _write_snapshot(self, main, through: int) -> Path:
+    def _write_snapshot(self, main, through: int, mode: str, substrings: int | None) -> Path:
         final = self.directory / f"snap-{through:08d}"
         tmp = self.directory / f".snap-{through:08d}.tmp"
         if tmp.exists():
@@ -697,8 +754,8 @@ class LiveIndex:
         fsio.mkdir(tmp)
         try:
             main.save(tmp / "main")
-            meta = {"wal_through": through, "bits": self.bits, "mode": self.mode,
-                    "ntotal": int(main.ntotal)}
+            meta = {"wal_through": through, "bits": self.bits, "mode": mode,
+                    "substrings": substrings, "ntotal": int(main.ntotal)}
             fsio.write_file(tmp / SNAPSHOT_META, json.dumps(meta).encode())
             fsio.fsync_path(tmp)
             if final.exists():  # an earlier attempt that was renamed but not verified
@@ -730,6 +787,62 @@ class LiveIndex:
             log.warning("index %s: cleanup after merge incomplete (%s); retried after the next "
                         "merge", self.directory.name, exc)
 
+    # ---------------------------------------------------------------------------- following
+    def _publish_position(self) -> None:
+        """Writer: the commit position for followers (:mod:`index.storage.follow`)."""
+        follow.write_position(self.directory, follow.Position(
+            self._wal.seq, self._wal.size, self._verified_snapshot))
+
+    @property
+    def applied(self) -> follow.Position:
+        """The log position this index has applied (a writer: all it acknowledged)."""
+        if self._wal is not None:
+            return follow.Position(self._wal.seq, self._wal.size, self._verified_snapshot)
+        return self._applied
+
+    @property
+    def lag_ms(self) -> float:
+        """A follower's staleness bound: ms since a catch-up last found nothing newer (0 for
+        the writer)."""
+        if self._wal is not None:
+            return 0.0
+        return (time.monotonic() - self._caught_up_at) * 1e3
+
+    def catch_up(self) -> bool:
+        """Follower (read-only): apply the records the writer committed since the last call,
+        or reload from the newest snapshot after a merge (or when the log went back: a repair
+        or a restored folder). Returns whether the state changed. A failure (raised) leaves the
+        state as it was, to be retried."""
+        if not self.read_only:
+            return False
+        checked = time.monotonic()
+        pos = follow.read_position(self.directory)
+        if pos is None or pos[:2] == self._applied[:2] and pos.snapshot == self._applied.snapshot:
+            self._caught_up_at = checked
+            return False
+        if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:
+            self._reload()
+        else:
+            try:
+                ops = follow.read_committed(self.directory, self._applied, pos)
+            except FileNotFoundError:  # cleaned up after a merge we have not loaded yet
+                self._reload()
+            else:
+                state = self.state
+                self.state = apply_ops(state, ops, check=False) if ops else state
+                self._applied = pos
+        self._caught_up_at = checked
+        return True
+
+    def _reload(self) -> None:
+        """Follower: open the directory afresh (newest snapshot + committed log) and adopt it."""
+        fresh = LiveIndex(self.directory, self.bits, self.mode, self.substrings,
+                          max_probes=self.max_probes, read_only=True, mmap=self.mmap,
+                          background_merge=False)
+        self.mode, self.substrings = fresh.mode, fresh.substrings
+        self.recovery = fresh.recovery
+        self.state, self._applied = fresh.state, fresh._applied
+
     def wait_for_merge(self, timeout: float | None = None) -> None:
         thread = self._merge_thread
         if thread is not None:
@@ -759,7 +872,13 @@ class LiveIndex:
         return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes,
                                        max_results)
 
-    def search(self, xq, k: int, stats: bool = False, max_probes: int | None = None):
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        return self.state.search(as_words(xq, self.bits), k, stats, max_probes)
+    def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
+               max_probes: int | None = None):
+        """The k nearest live items (within ``max_distance`` when given) of one consistent
+        state: ``(D, I, stats or None)``, ``(nq, k)`` padded with -1."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        if max_distance is not None:
+            self.check_radius(max_distance)
+        return self.state.search(as_words(xq, self.bits), int(k), max_distance, stats,
+                                 max_probes)

@@ -51,6 +51,9 @@ MAGIC = b"BSWAL001"
 HEADER = struct.Struct("<II")  # payload length, crc32(payload)
 OP_ADD = b"A"
 OP_DELETE = b"D"
+OP_UPSERT = b"U"  # laid out as an add; applied as a delete of the ids, then their add
+_WITH_WORDS = {"add": OP_ADD, "upsert": OP_UPSERT}
+_KIND_OF = {OP_ADD: "add", OP_UPSERT: "upsert"}
 #: Upper bound of one record's payload; a larger length field means a corrupt header.
 MAX_RECORD_BYTES = 1 << 31
 _SEGMENT_RE = re.compile(r"^wal-(\d{8})\.log$")
@@ -58,11 +61,12 @@ _SEGMENT_RE = re.compile(r"^wal-(\d{8})\.log$")
 
 @dataclass(frozen=True)
 class Op:
-    """One logged operation: ``kind`` is ``"add"`` (ids + words) or ``"delete"`` (ids)."""
+    """One logged operation: ``kind`` is ``"add"`` (ids + words), ``"delete"`` (ids) or
+    ``"upsert"`` (ids + words: the ids deleted if live, then added, in one record)."""
 
     kind: str
     ids: np.ndarray  # (n,) int64
-    words: np.ndarray | None = None  # (n, W) uint64 for "add"
+    words: np.ndarray | None = None  # (n, W) uint64 for "add" and "upsert"
 
 
 class AppendFailed(OSError):
@@ -83,15 +87,16 @@ class CorruptLogError(ValueError):
 
 def encode(op: Op) -> bytes:
     ids = np.ascontiguousarray(op.ids, dtype="<i8")
-    if op.kind == "add":
+    if op.kind in _WITH_WORDS:
         words = np.ascontiguousarray(op.words, dtype="<u8")
         if words.ndim != 2 or len(words) != len(ids):
-            raise ValueError(f"add: words shape {words.shape} does not match {len(ids)} ids")
-        return (OP_ADD + struct.pack("<II", len(ids), words.shape[1]) + ids.tobytes()
-                + words.tobytes())
+            raise ValueError(f"{op.kind}: words shape {words.shape} does not match "
+                             f"{len(ids)} ids")
+        return (_WITH_WORDS[op.kind] + struct.pack("<II", len(ids), words.shape[1])
+                + ids.tobytes() + words.tobytes())
     if op.kind == "delete":
         return OP_DELETE + struct.pack("<I", len(ids)) + ids.tobytes()
-    raise ValueError(f"unknown op kind {op.kind!r}, allowed: 'add', 'delete'")
+    raise ValueError(f"unknown op kind {op.kind!r}, allowed: 'add', 'delete', 'upsert'")
 
 
 def record(op: Op) -> bytes:
@@ -103,7 +108,7 @@ def record(op: Op) -> bytes:
 def _payload_length(data, start: int, length: int) -> bool:
     """Whether a payload of ``length`` bytes at ``start`` has the length its counts imply."""
     kind = data[start:start + 1]
-    if kind == OP_ADD and length >= 9:
+    if kind in _KIND_OF and length >= 9:
         n, w = struct.unpack_from("<II", data, start + 1)
         return length == 9 + 8 * n + 8 * n * w
     if kind == OP_DELETE and length >= 5:
@@ -115,11 +120,11 @@ def _payload_length(data, start: int, length: int) -> bool:
 def decode(payload: bytes) -> Op:
     if not _payload_length(payload, 0, len(payload)):
         raise ValueError(f"record type {payload[:1]!r} with a length that does not match")
-    if payload[:1] == OP_ADD:
+    if payload[:1] in _KIND_OF:
         n, w = struct.unpack_from("<II", payload, 1)
         ids = np.frombuffer(payload, dtype="<i8", count=n, offset=9).astype(np.int64)
         words = np.frombuffer(payload, dtype="<u8", count=n * w, offset=9 + 8 * n)
-        return Op("add", ids, words.astype(np.uint64).reshape(n, w))
+        return Op(_KIND_OF[payload[:1]], ids, words.astype(np.uint64).reshape(n, w))
     (n,) = struct.unpack_from("<I", payload, 1)
     return Op("delete", np.frombuffer(payload, dtype="<i8", count=n, offset=5).astype(np.int64))
 
@@ -149,7 +154,7 @@ def _next_record(data, pos: int) -> int:
     if not data[start:].strip(b"\x00"):  # zeros: a file extended but never written (a torn tail)
         return -1
     cand = len(data)
-    for kind in (OP_ADD, OP_DELETE):
+    for kind in (OP_ADD, OP_DELETE, OP_UPSERT):
         at = data.find(kind, start + HEADER.size)
         while at != -1:
             if _record_at(data, at - HEADER.size) != -1:
@@ -174,6 +179,7 @@ class Damage:
 class SegmentScan:
     path: Path
     ops: list[Op] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)  # offset just after each record of ops
     valid_bytes: int = 0  # offset just after the last valid record before any damage
     file_bytes: int = 0
     damage: Damage | None = None
@@ -201,6 +207,7 @@ def scan_segment(path) -> SegmentScan:
         if end == -1:
             break
         scan.ops.append(decode(data[pos + HEADER.size:end]))
+        scan.ends.append(end)
         pos = end
     scan.valid_bytes = pos
     if pos < len(data):

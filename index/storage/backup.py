@@ -1,0 +1,83 @@
+"""The backup file of one index: its live items at one consistent state, self-checking.
+
+Layout (little-endian)::
+
+    b"BSBACKUP"                       magic, 8 bytes
+    u32 format version (1), u32 H     H = length of the header
+    header                            UTF-8 JSON: bits, mode, substrings, n, words (W), ...
+    n x i64 ids, n x W x u64 words    the items, in id order
+    u32 crc32                         of every byte before it
+
+A reader checks the magic, the version, the header fields, the length implied by ``n`` and
+``W`` and the checksum before it trusts any item, and names the first thing that is wrong.
+"""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import numpy as np
+
+from bucketsearch.index.codes import check_bits, check_word_range, n_words
+
+MAGIC = b"BSBACKUP"
+VERSION = 1
+_HEAD = struct.Struct("<II")
+_CRC = struct.Struct("<I")
+
+
+class BackupError(ValueError):
+    """A backup file that is truncated, damaged or not a backup at all."""
+
+
+def dump(meta: dict, ids: np.ndarray, words: np.ndarray) -> bytes:
+    """The backup bytes of ``(ids, words)`` (sorted by id here) with ``meta`` (bits, mode,
+    substrings, and anything else worth keeping, e.g. the index name)."""
+    ids = np.asarray(ids, dtype="<i8")
+    order = np.argsort(ids, kind="stable")
+    words = np.ascontiguousarray(np.asarray(words, dtype="<u8")[order])
+    header = json.dumps({**meta, "n": int(len(ids)), "words": int(words.shape[1])}).encode()
+    body = b"".join([MAGIC, _HEAD.pack(VERSION, len(header)), header,
+                     np.ascontiguousarray(ids[order]).tobytes(), words.tobytes()])
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def load(data: bytes) -> tuple[dict, np.ndarray, np.ndarray]:
+    """``(meta, ids, words)`` of a backup; :class:`BackupError` naming what is wrong."""
+    data = memoryview(data)
+    fixed = len(MAGIC) + _HEAD.size
+    if len(data) < fixed + _CRC.size or bytes(data[:len(MAGIC)]) != MAGIC:
+        raise BackupError(f"body: not a bucketsearch backup (it must start with {MAGIC!r}; "
+                          f"got {bytes(data[:len(MAGIC)])!r}, {len(data)} bytes)")
+    version, hlen = _HEAD.unpack_from(data, len(MAGIC))
+    if version != VERSION:
+        raise BackupError(f"body: backup format version {version}, this server reads "
+                          f"version {VERSION}")
+    (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
+    if zlib.crc32(data[:len(data) - _CRC.size]) != crc:
+        raise BackupError("body: the backup's checksum does not match (truncated or damaged "
+                          "in transit)")
+    try:
+        meta = json.loads(bytes(data[fixed:fixed + hlen]))
+        bits, n, w = check_bits(meta["bits"]), int(meta["n"]), int(meta["words"])
+        str(meta["mode"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BackupError(f"body: the backup's header is not valid ({exc})") from None
+    if w != n_words(bits) or n < 0:
+        raise BackupError(f"body: the header says n={n}, words={w} for bits={bits} "
+                          f"(words must be {n_words(bits)})")
+    start = fixed + hlen
+    if len(data) - _CRC.size - start != 8 * n * (1 + w):
+        raise BackupError(f"body: {len(data) - _CRC.size - start} bytes of items, the header "
+                          f"implies {8 * n * (1 + w)} (n={n}, words={w})")
+    ids = np.frombuffer(data, dtype="<i8", count=n, offset=start).astype(np.int64)
+    words = np.frombuffer(data, dtype="<u8", count=n * w, offset=start + 8 * n)
+    words = words.astype(np.uint64).reshape(n, w)
+    if n and (ids.min() < 0 or (np.diff(ids) <= 0).any()):
+        raise BackupError("body: the backup's ids are not unique non-negative ids in order")
+    try:
+        check_word_range(words, bits)
+    except ValueError as exc:
+        raise BackupError(f"body: {exc}") from None
+    return meta, ids, words

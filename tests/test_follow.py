@@ -1,0 +1,160 @@
+"""Read replicas that follow the writer (issue 14, item 2, on one machine).
+
+A read-only :class:`LiveIndex` on the writer's directory catches up with what the writer
+committed: new records, merges (a reload from the new snapshot), mode changes; never a record
+past the commit position (one that may still be rolled back). Then two real servers on one
+data directory: the writer, and a read-only server that follows it, also new and deleted
+indexes."""
+from __future__ import annotations
+
+import errno
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from storage_model import Model, assert_matches, clustered_pool
+
+from bucketsearch.index.codes import to_hex
+from bucketsearch.index.storage import follow, fsio, wal
+from bucketsearch.index.storage.fsio import FaultPlan
+from bucketsearch.index.storage.live import LiveIndex
+
+BITS = 16
+POOL = clustered_pool(BITS, 50, seed=11)
+XQ = POOL[40:]
+KW = dict(background_merge=False, merge_threshold=10**6)
+
+ops_strategy = st.lists(st.one_of(
+    st.tuples(st.just("add"), st.lists(st.integers(0, 25), min_size=1, max_size=4, unique=True),
+              st.integers(0, 35)),
+    st.tuples(st.just("upsert"), st.lists(st.integers(0, 25), min_size=1, max_size=4,
+                                          unique=True), st.integers(0, 35)),
+    st.tuples(st.just("delete"), st.lists(st.integers(0, 25), max_size=4), st.just(0)),
+    st.tuples(st.just("merge"), st.just([]), st.just(0)),
+    st.tuples(st.just("mode"), st.just([]), st.integers(0, 2)),
+    st.tuples(st.just("catch_up"), st.just([]), st.just(0)),
+), max_size=14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=ops_strategy)
+def test_a_follower_equals_the_writer_after_every_catch_up(tmp_path_factory, ops):
+    root = tmp_path_factory.mktemp("follow")
+    writer, model = LiveIndex(root, BITS, "single", **KW), Model(BITS)
+    follower = LiveIndex(root, BITS, "single", read_only=True)
+    seen = Model(BITS)  # what the follower must show: the model at its last catch-up
+    for kind, ids, row in ops:
+        if kind == "add":
+            fresh = [i for i in ids if i not in model.items]
+            if fresh:
+                writer.add(POOL[row:row + len(fresh)], fresh)
+                model.apply(("add", np.array(fresh), POOL[row:row + len(fresh)]))
+        elif kind == "upsert":
+            writer.upsert(POOL[row:row + len(ids)], ids)
+            model.apply(("upsert", np.array(ids), POOL[row:row + len(ids)]))
+        elif kind == "delete":
+            writer.delete(ids)
+            model.apply(("delete", np.array(ids, dtype=np.int64)))
+        elif kind == "merge":
+            writer.merge()
+        elif kind == "mode":
+            writer.set_mode(["single", "mih", "auto"][row])
+        else:
+            follower.catch_up()
+            seen = model.copy()
+            assert follower.applied[:2] == writer.applied[:2]
+            assert follower.mode == writer.mode
+        assert_matches(follower, seen, XQ)
+    follower.catch_up()
+    assert_matches(follower, model, XQ)
+    writer.close()
+    follower.close()
+
+
+def test_records_past_the_commit_position_are_never_applied(tmp_path):
+    writer = LiveIndex(tmp_path, BITS, "single", **KW)
+    writer.add(POOL[:3], [0, 1, 2])
+    follower = LiveIndex(tmp_path, BITS, "single", read_only=True)
+    # a whole, valid record the writer never acknowledged (its fsync failed, say)
+    segment = wal.list_segments(tmp_path)[-1][1]
+    with open(segment, "ab") as f:
+        f.write(wal.record(wal.Op("add", np.array([7], dtype=np.int64), POOL[[7]])))
+    for reader in (follower, LiveIndex(tmp_path, BITS, "single", read_only=True)):
+        reader.catch_up()
+        assert reader.get([0, 7])[0].tolist() == [True, False]
+
+
+def test_a_write_whose_fsync_fails_is_never_seen_by_a_follower(tmp_path):
+    writer = LiveIndex(tmp_path, BITS, "single", **KW)
+    follower = LiveIndex(tmp_path, BITS, "single", read_only=True)
+    writer.add(POOL[:2], [0, 1])
+    with fsio.inject(FaultPlan(at=2, errno=errno.ENOSPC)), pytest.raises(OSError):
+        writer.add(POOL[[5]], [5])  # the record is written, its fsync fails: rolled back
+    follower.catch_up()
+    assert follower.get([0, 1, 5])[0].tolist() == [True, True, False]
+    assert follower.applied[:2] == writer.applied[:2]
+
+
+def test_a_follower_reloads_after_a_merge_that_removed_its_segments(tmp_path):
+    writer = LiveIndex(tmp_path, BITS, "mih", **KW)
+    follower = LiveIndex(tmp_path, BITS, "mih", read_only=True)
+    model = Model(BITS)
+    for start in range(0, 30, 10):  # three merges: the first segments are deleted
+        writer.add(POOL[start:start + 10], np.arange(start, start + 10))
+        model.apply(("add", np.arange(start, start + 10), POOL[start:start + 10]))
+        writer.merge()
+    assert wal.list_segments(tmp_path)[0][0] > 0
+    assert follower.catch_up()
+    assert_matches(follower, model, XQ)
+    assert follower.applied == writer.applied and follower.lag_ms < 1000
+
+
+def test_the_commit_position_file_is_checked(tmp_path):
+    LiveIndex(tmp_path, BITS, "single", **KW).close()
+    (tmp_path / follow.COMMIT_FILE).write_bytes(b"short")
+    follower = None
+    with pytest.raises(OSError, match="wal.committed: 5 bytes"):
+        follower = LiveIndex(tmp_path, BITS, "single", read_only=True)
+    assert follower is None
+
+
+# ------------------------------------------------------------------- two real servers
+def wait_until(check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("the read-only server did not catch up in time")
+
+
+def test_a_read_only_server_follows_the_writer(bucketsearch_server_factory, tmp_path):
+    data = tmp_path / "data"
+    writer = bucketsearch_server_factory(data)
+    reader = bucketsearch_server_factory(data, BUCKETSEARCH_READ_ONLY=1,
+                                         BUCKETSEARCH_FOLLOW_INTERVAL_S=0.05)
+    with writer.client() as w, reader.client() as r:
+        assert w.post("/v1/indexes", json={"name": "a", "bits": BITS}).status_code == 201
+        wait_until(lambda: r.get("/v1/indexes/a").status_code == 200)
+        codes = to_hex(POOL[:5], BITS)
+        assert w.post("/v1/indexes/a/items", json={"ids": [0, 1, 2, 3, 4],
+                                                  "codes": codes}).status_code == 200
+
+        def reader_has(ids, expected):
+            got = r.post("/v1/indexes/a/items/get", json={"ids": ids}).json()["codes"]
+            return got == expected
+
+        wait_until(lambda: reader_has([0, 4], [codes[0], codes[4]]))
+        res = r.post("/v1/indexes/a/items", json={"ids": [9], "codes": codes[:1]})
+        assert res.status_code == 409 and "read-only" in res.json()["detail"]
+        w.post("/v1/indexes/a/merge")
+        w.post("/v1/indexes/a/items/delete", json={"ids": [0]})
+        wait_until(lambda: reader_has([0, 4], [None, codes[4]]))
+        wi, ri = w.get("/v1/indexes/a").json(), r.get("/v1/indexes/a").json()
+        assert ri["applied_lsn"] == wi["applied_lsn"] and wi["lag_ms"] == 0
+        assert 0 <= ri["lag_ms"] < 5000 and ri["size"] == wi["size"] == 4
+        assert w.delete("/v1/indexes/a").status_code == 204
+        wait_until(lambda: r.get("/v1/indexes/a").status_code == 404)

@@ -1,0 +1,206 @@
+"""Upsert, get, change of mode, backup and restore: the live index first, then the HTTP API.
+
+Answers are checked against the brute-force model of ``storage_model``; a mode change and a
+restore are also checked across a reopen (the snapshot carries the mode)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from helpers import app_client
+from storage_model import Model, assert_matches, clustered_pool
+
+from bucketsearch.index.codes import to_hex
+from bucketsearch.index.storage import backup, fsio
+from bucketsearch.index.storage.fsio import FaultPlan
+from bucketsearch.index.storage.live import LiveIndex
+
+BITS = 20
+POOL = clustered_pool(BITS, 60, seed=3)
+XQ = POOL[50:]
+KW = dict(background_merge=False, merge_threshold=10**6)
+
+
+def loaded(tmp_path, mode="single") -> tuple[LiveIndex, Model]:
+    """Ids 0..9 merged into the main snapshot, 10..14 in the delta, 3 re-inserted."""
+    live, model = LiveIndex(tmp_path, BITS, mode, **KW), Model(BITS)
+    for ids, rows in ((range(10), range(10)), (range(10, 15), range(10, 15))):
+        ids, rows = np.array(ids), np.array(rows)
+        live.add(POOL[rows], ids)
+        model.apply(("add", ids, POOL[rows]))
+        if ids[0] == 0:
+            live.merge()
+    live.delete([3])
+    live.add(POOL[[40]], [3])
+    model.apply(("upsert", np.array([3]), POOL[[40]]))
+    return live, model
+
+
+# ------------------------------------------------------------------------------ upsert, get
+def test_upsert_inserts_and_replaces_in_main_delta_and_after_reopen(tmp_path):
+    live, model = loaded(tmp_path)
+    ids = np.array([0, 3, 12, 100])  # in main; re-inserted; in the delta; new
+    assert live.upsert(POOL[[41, 42, 43, 44]], ids) == (1, 3)
+    model.apply(("upsert", ids, POOL[[41, 42, 43, 44]]))
+    assert_matches(live, model, XQ)
+    assert live.upsert(POOL[[41, 42, 43, 44]], ids) == (0, 4)  # idempotent
+    assert_matches(live, model, XQ)
+    live.close()
+    live = LiveIndex(tmp_path, BITS, "single", **KW)  # replayed from the WAL's upsert record
+    assert_matches(live, model, XQ)
+    live.merge()
+    assert_matches(live, model, XQ)
+    live.close()
+
+
+def test_upsert_rejects_a_batch_with_an_id_twice(tmp_path):
+    live, _ = loaded(tmp_path)
+    with pytest.raises(ValueError, match="id 7 appears more than once"):
+        live.upsert(POOL[[1, 2]], [7, 7])
+    with pytest.raises(ValueError, match="ids has 1 entries but codes has 2"):
+        live.upsert(POOL[[1, 2]], [7])
+    live.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, 30), unique=True, max_size=12))
+def test_get_returns_the_newest_code_of_live_ids(tmp_path_factory, ids):
+    live, model = loaded(tmp_path_factory.mktemp("get"))
+    live.delete([5, 11])
+    model.apply(("delete", np.array([5, 11])))
+    found, words = live.get(ids)
+    for i, f, w in zip(ids, found, words):
+        assert f == (i in model.items)
+        assert tuple(int(x) for x in w) == (model.items[i] if f else (0,))
+    live.close()
+
+
+# ------------------------------------------------------------------------------ set_mode
+@pytest.mark.parametrize("start,to", [("single", "mih"), ("mih", "auto"), ("auto", "single")])
+def test_set_mode_rebuilds_in_place_and_the_reopen_keeps_it(tmp_path, start, to):
+    live, model = loaded(tmp_path, start)
+    assert live.set_mode(to)
+    assert live.mode == to and type(live.state.main).__name__ != "" and not live.set_mode(to)
+    assert_matches(live, model, XQ)
+    live.add(POOL[[45]], [200])
+    model.apply(("add", np.array([200]), POOL[[45]]))
+    live.close()
+    live = LiveIndex(tmp_path, BITS, start, **KW)  # the creation mode; the snapshot wins
+    assert live.mode == to
+    assert_matches(live, model, XQ)
+    live.close()
+
+
+def test_set_mode_of_an_empty_index_is_kept(tmp_path):
+    live = LiveIndex(tmp_path, BITS, "single", **KW)
+    assert live.set_mode("mih")
+    live.close()
+    assert LiveIndex(tmp_path, BITS, "single", **KW).mode == "mih"
+
+
+def test_set_mode_rejects_a_mode_that_is_not_served(tmp_path):
+    live = LiveIndex(tmp_path, BITS, "single", **KW)
+    with pytest.raises(ValueError, match="mode"):
+        live.set_mode("scan")
+    live.close()
+
+
+# ------------------------------------------------------------------------------ backup file
+def test_backup_roundtrip_and_every_damage_is_named(tmp_path):
+    live, model = loaded(tmp_path)
+    ids, words = live.state.items()
+    data = backup.dump({"bits": BITS, "mode": "single"}, ids, words)
+    meta, ids2, words2 = backup.load(data)
+    assert meta["bits"] == BITS and meta["n"] == len(model)
+    assert {int(i): tuple(int(x) for x in w) for i, w in zip(ids2, words2)} == model.items
+    assert list(ids2) == sorted(ids2)
+    bad = bytearray(data)
+    bad[len(data) // 2] ^= 1
+    for damaged, message in [(b"hello", "not a bucketsearch backup"),
+                             (data[:-9] + data[-4:], "checksum"),
+                             (bytes(bad), "checksum"),
+                             (data[:8] + b"\x02" + data[9:], "version 2")]:
+        with pytest.raises(backup.BackupError, match=message):
+            backup.load(damaged)
+    live.close()
+
+
+# ------------------------------------------------------------------------------ HTTP
+def hexes(rows) -> list[str]:
+    return to_hex(POOL[rows], BITS)
+
+
+def search_ids(client, name, rows, k=None, r=None) -> list:
+    body = {"codes": hexes(rows), **({"k": k} if k else {}),
+            **({"max_distance": r} if r is not None else {})}
+    res = client.post(f"/v1/indexes/{name}/search", json=body)
+    assert res.status_code == 200, res.text
+    return [list(zip(q["distances"], q["ids"])) for q in res.json()["results"]]
+
+
+@pytest.fixture
+def client(tmp_path):
+    """The app in process (FastAPI's TestClient) on a fresh data directory."""
+    with app_client(tmp_path / "d") as c:
+        yield c
+
+
+def test_http_upsert_get_mode_backup_restore(client):
+    c = client
+    assert c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "single"}
+                  ).status_code == 201
+    assert c.post("/v1/indexes/a/items", json={"ids": list(range(10)),
+                                               "codes": hexes(range(10))}).status_code == 200
+    res = c.post("/v1/indexes/a/items/upsert", json={"ids": [2, 50], "codes": hexes([40, 41])})
+    assert res.json() == {"inserted": 1, "replaced": 1, "deleted": None, "size": 11}
+    res = c.post("/v1/indexes/a/items/add", json={"ids": [2], "codes": hexes([1])})
+    assert res.status_code in (404, 405)
+    got = c.post("/v1/indexes/a/items/get", json={"ids": [2, 50, 9, 77]}).json()
+    assert got == {"ids": [2, 50, 9, 77], "codes": hexes([40, 41, 9]) + [None]}
+    before = search_ids(c, "a", [40, 3], r=3)
+
+    res = c.patch("/v1/indexes/a", json={"mode": "mih"})
+    assert res.status_code == 200 and res.json()["mode"] == "mih"
+    assert search_ids(c, "a", [40, 3], r=3) == before
+    res = c.patch("/v1/indexes/a", json={"mode": "scan"})
+    assert res.status_code == 400 and "mode" in res.text
+
+    data = c.get("/v1/indexes/a/backup")
+    assert data.headers["content-type"] == "application/octet-stream"
+    res = c.post("/v1/indexes/b/restore", content=data.content,
+                 headers={"Content-Type": "application/octet-stream"})
+    assert res.status_code == 201, res.text
+    assert res.json()["mode"] == "mih" and res.json()["size"] == 11
+    assert search_ids(c, "b", [40, 3], r=3) == before
+    assert c.post("/v1/indexes/b/restore", content=data.content,
+                  headers={"Content-Type": "application/octet-stream"}).status_code == 409
+    res = c.post("/v1/indexes/c/restore", content=data.content[:-1],
+                 headers={"Content-Type": "application/octet-stream"})
+    assert res.status_code == 400 and "checksum" in res.json()["detail"]
+    res = c.post("/v1/indexes/c/restore", json={"x": 1})
+    assert res.status_code == 415 and "backup" in res.json()["detail"]
+    assert c.get("/v1/indexes/c").status_code == 404  # nothing left behind
+
+
+def test_a_restore_that_fails_halfway_leaves_no_index(client, tmp_path):
+    c = client
+    c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "single"})
+    c.post("/v1/indexes/a/items", json={"ids": list(range(20)), "codes": hexes(range(20))})
+    data = c.get("/v1/indexes/a/backup").content
+    failed = []
+    for at in range(1, 40, 3):  # ENOSPC at the at-th storage call of the restore
+        with fsio.inject(FaultPlan(at=at, errno=28)):
+            res = c.post("/v1/indexes/b/restore", content=data,
+                         headers={"Content-Type": "application/octet-stream"})
+        assert res.status_code in (201, 503, 507), res.text
+        if res.status_code == 201:
+            break
+        failed.append(at)
+        assert c.get("/v1/indexes/b").status_code == 404
+        assert not [p for p in (tmp_path / "d" / "indexes").iterdir() if p.name.startswith("b")]
+    res = c.post("/v1/indexes/b/restore", content=data,
+                 headers={"Content-Type": "application/octet-stream"})
+    assert res.status_code in (201, 409)
+    assert c.get("/v1/indexes/b").json()["size"] == 20
+    assert len(failed) >= 5, failed  # the fault hit the restore's own writes, several times
