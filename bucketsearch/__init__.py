@@ -1,9 +1,10 @@
 """bucketsearch: Hamming-space bucket search over binary codes, its HTTP service, load tester
 and evaluation toolkit.
 
-The engine, imported lazily (``import bucketsearch`` stays cheap)::
+The engine and the HTTP client, imported lazily (``import bucketsearch`` stays cheap)::
 
     from bucketsearch import HammingIndex, MultiIndex, LinearScan, AutoIndex, make_index
+    from bucketsearch import Client, AsyncClient    # a server's API, shaped like the engine
 
 Subpackages: ``bucketsearch.index`` (engine, storage, metrics), ``bucketsearch.app`` (the
 FastAPI service), ``bucketsearch.loadtest`` (the load tester). The distribution installs
@@ -26,6 +27,8 @@ _LAZY = {
     "LinearScan": "bucketsearch.index.scan",
     "AutoIndex": "bucketsearch.index.planner",
     "make_index": "bucketsearch.index.factory",
+    "Client": "bucketsearch.loadtest.client",
+    "AsyncClient": "bucketsearch.loadtest.client",
 }
 
 __all__ = ["__version__", *_LAZY]

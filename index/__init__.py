@@ -9,9 +9,17 @@ the same table as the top-level package::
 """
 from __future__ import annotations
 
-from bucketsearch import _LAZY, __getattr__  # noqa: F401  (module-level __getattr__)
+import bucketsearch
+from bucketsearch import _LAZY
 
-__all__ = list(_LAZY)
+_ENGINE = [name for name, module in _LAZY.items() if module.startswith("bucketsearch.index.")]
+__all__ = list(_ENGINE)
+
+
+def __getattr__(name: str):
+    if name not in _ENGINE:
+        raise AttributeError(f"module 'bucketsearch.index' has no attribute {name!r}")
+    return getattr(bucketsearch, name)
 
 
 def __dir__():

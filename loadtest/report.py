@@ -1,40 +1,47 @@
 """Report of a load run: JSON document, rich console table, matplotlib PNG.
 
-Measured vs modeled. For a radius-R search the paper (Jiang, Li & Li, RAMAP) charges
-``cost(R) = t0 * P(R)`` with ``P(R) = sum_{r<=R} C(Q, r)`` probed buckets. Per radius the report
-puts beside it the server's measured lookup time (``lookup_ns`` summed over rings 0..R, p50 and
-p99 over queries) and the client latency. Two fits to the measured p50 ``y_R`` over the radii of
-the run:
+Measured vs modeled: one answer, :mod:`bucketsearch.index.costmodel`'s. Every measured query's
+per-radius server counters (the search answers' ``stats`` records; a uniform sample of at most
+20,000 queries, :class:`~bucketsearch.loadtest.stats.QueryReservoir`, described in
+``model.sample``) go to :func:`~bucketsearch.index.costmodel.fit_all` once; ``model`` holds its
+result: every ``t0`` estimate named by its estimator (``radius_fit``, ``query_model.probes``),
+the per-query extended model (``query_model``: fixed, per probe, per item, per candidate; terms
+the data cannot identify reported and left out), per radius ``radii`` (measured ``T(r)`` and
+cumulative ``T(R)`` p50/p90/p99, ``t0 C(Q, r)`` and ``t0 sum_{i<=r} C(Q, i)``, ``T(R)/T(0)``
+beside ``sum_{i<=R} C(Q, i)``, mean empty buckets, ``queries``, ``empty_ball_queries``) and the
+verdicts (docs/cost-model.md). Beside it, ``model.server`` shows the server's own estimates
+(``GET /v1/indexes/{name}/cost-model``: each with its ``source`` and ``estimator``). Per query
+class, ``modeled_ns = t0 P(R)`` with ``P(R) = sum_{r<=R} C(Q, r)`` and the t0 named in
+``model.modeled_with`` (this run's ``radius_fit``; the server's t0 when the run measured none).
 
-* paper model ``y = t0 * P``: ``log t0 = mean_R(log y_R - log P_R)`` (least squares in log space,
-  so every radius weighs the same whatever its magnitude);
-* extended model ``y = c + t0 * P + t_item * I`` with ``I_R`` the mean items returned per query:
-  non-negative least squares on relative errors (each row divided by ``y_R``).
+Without the server's per-radius counters (a run with ``--no-stats``, the default of ``--wire
+binary``) nothing of that is measured: the report says so (``model.available`` false and the
+reason) and shows the client-side figures per class only, never zeros.
 
-Fit quality is ``R^2 = 1 - sum (log y - log yhat)^2 / sum (log y - mean log y)^2`` (log10 space;
-1 is perfect, <= 0 is no better than a constant). With as many parameters as radii the extended
-fit is exact by construction: ``n_points`` is recorded beside each ``r2``.
-
-Where the paper's model holds: per radius the extended model splits the predicted cost into the
-constant, per-probe and per-item terms; the model "holds" at radii where the per-probe term is at
-least half the prediction and the measured p50 is within a factor 2 of ``t0 * P`` with the
-extended fit's per-probe t0 (the paper's model with the right t0 explains that radius); elsewhere
-the verdict names the term that dominates.
+Thresholds (``--slo``, as k6's): ``[CLASS:]METRIC OP VALUE[UNIT]``, e.g. ``p99<20ms``,
+``error_rate<0.1%``, ``rps>=500``, ``r2:p99<5ms``; see :data:`SLO_HELP`. A run breaching one
+exits with status 99 (``SLO_EXIT``); a metric without a value (no measured request) counts as a
+breach.
 """
 from __future__ import annotations
 
-import itertools
 import math
+import operator
 import platform
+import re
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
 
+from bucketsearch.index.costmodel import describe, fit_all
+from bucketsearch.index.metrics import to_jsonable
 from bucketsearch.loadtest.stats import LoadStats
 from bucketsearch.loadtest.workload import probes_upto
 
-HOLD_RATIO = 2.0
+#: the percentiles of ``latency_spectrum_ms`` (the run's whole latency distribution)
+SPECTRUM = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99)
 LIBRARIES = ("bucketsearch", "httpx", "httpx-aiohttp", "aiohttp", "hdrhistogram", "numpy",
              "rich", "matplotlib", "uvloop")
 
@@ -50,88 +57,26 @@ def versions() -> dict:
 
 
 # -- cost-model helpers -----------------------------------------------------------------------
-def server_t0_ns(cost_model: dict | None) -> float | None:
-    """The calibrated t0 (ns per probe) out of the server's ``/cost-model`` answer, if any."""
-    if not cost_model:
+def server_estimates(cost_model: dict | None) -> dict | None:
+    """The server's t0 and its estimates out of its ``/cost-model`` answer (None without one):
+    ``t0_ns`` (the t0 it models with) with its ``t0_estimator`` and ``t0_source``, and
+    ``estimates``, every t0 it has, each with ``estimator`` and ``source``."""
+    if not isinstance(cost_model, dict):
         return None
-    for key in ("t0_ns", "t0"):
-        value = cost_model.get(key)
-        if isinstance(value, (int, float)) and value > 0:
-            return float(value)
-    for nested in ("paper", "model", "calibration"):
-        sub = cost_model.get(nested)
-        if isinstance(sub, dict):
-            value = server_t0_ns(sub)
-            if value is not None:
-                return value
+    return {"t0_ns": cost_model.get("t0_ns"), "t0_estimator": cost_model.get("t0_estimator"),
+            "t0_source": cost_model.get("t0_source"),
+            "estimates": list(cost_model.get("estimates") or [])}
+
+
+def modeled_with(fit: dict | None, server: dict | None, queries: int) -> dict | None:
+    """The t0 of the per-class ``modeled_ns``: this run's ``radius_fit``, else the server's."""
+    if fit is not None and fit.get("t0_ns"):
+        return {"t0_ns": fit["t0_ns"], "estimator": fit["t0_estimator"],
+                "source": f"this run ({queries} sampled queries)"}
+    if server is not None and server["t0_ns"]:
+        return {"t0_ns": server["t0_ns"], "estimator": server["t0_estimator"],
+                "source": f"server ({server['t0_source']})"}
     return None
-
-
-def r2_log(y, yhat) -> float | None:
-    """``1 - SS_res / SS_tot`` of log10 values (None with fewer than 2 points or flat y)."""
-    y = np.log10(np.asarray(y, dtype=float))
-    yhat = np.log10(np.maximum(np.asarray(yhat, dtype=float), 1e-300))
-    if len(y) < 2:
-        return None
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    if ss_tot == 0:
-        return None
-    return 1.0 - float(((y - yhat) ** 2).sum()) / ss_tot
-
-
-def fit_paper(probes, measured) -> dict:
-    """Fit ``y = t0 * P`` in log space; ``{t0_ns, r2, n_points}``."""
-    p = np.asarray(probes, dtype=float)
-    y = np.asarray(measured, dtype=float)
-    if not len(y):
-        return {"t0_ns": None, "r2": None, "n_points": 0}
-    t0 = float(10 ** np.mean(np.log10(y) - np.log10(p)))
-    return {"t0_ns": t0, "r2": r2_log(y, t0 * p), "n_points": int(len(y))}
-
-
-def fit_extended(probes, items, measured) -> dict:
-    """Fit ``y = c + t0 * P + t_item * I`` (non-negative, relative errors); coefficients + r2."""
-    y = np.asarray(measured, dtype=float)
-    cols = {"c_ns": np.ones_like(y), "t0_ns": np.asarray(probes, dtype=float),
-            "t_item_ns": np.asarray(items, dtype=float)}
-    names = list(cols)
-    best = None
-    if len(y):
-        for size in range(1, len(names) + 1):
-            for subset in itertools.combinations(names, size):
-                a = np.stack([cols[n] for n in subset], axis=1) / y[:, None]
-                coef, *_ = np.linalg.lstsq(a, np.ones_like(y), rcond=None)
-                if (coef < 0).any():
-                    continue
-                resid = float(((a @ coef - 1.0) ** 2).sum())
-                if best is None or resid < best[0] - 1e-12:
-                    best = (resid, dict(zip(subset, coef.tolist())))
-    coef = {n: 0.0 for n in names}
-    if best is not None:
-        coef.update(best[1])
-    pred = coef["c_ns"] + coef["t0_ns"] * cols["t0_ns"] + coef["t_item_ns"] * cols["t_item_ns"]
-    return {**coef, "r2": r2_log(y, pred) if len(y) else None, "n_points": int(len(y))}
-
-
-def verdict(entry: dict, ext: dict) -> str:
-    """Where the paper's model holds or breaks at this radius (see the module docstring)."""
-    y = (entry.get("server_lookup_ns") or {}).get("p50")
-    if not y:
-        return "no server timings"
-    if ext["n_points"] < 2:
-        return "needs at least 2 radii to fit"
-    t0_fit = ext["t0_ns"]
-    fixed = ext["c_ns"]
-    per_probe = ext["t0_ns"] * entry["probes_model"]
-    per_item = ext["t_item_ns"] * (entry.get("items_per_query") or 0.0)
-    total = fixed + per_probe + per_item or 1.0
-    ratio = y / (t0_fit * entry["probes_model"]) if t0_fit > 0 else math.inf
-    if per_probe / total >= 0.5 and 1 / HOLD_RATIO <= ratio <= HOLD_RATIO:
-        return f"holds: per-probe work is {per_probe / total:.0%} of the cost"
-    # with few radii the fixed and per-item terms are hard to tell apart: report both
-    return (f"breaks: per-probe work is only {per_probe / total:.0%} of the cost (fixed "
-            f"{fixed / total:.0%}, per-item {per_item / total:.0%}); measured = "
-            f"{ratio:.3g} x t0*P")
 
 
 # -- the report document ----------------------------------------------------------------------
@@ -165,9 +110,6 @@ def _class_entry(cls, bits: int, t0: float | None) -> dict:
         "nonempty_buckets_per_query": cls.nonempty_total / nq if nq else None,
         "empty_fraction": (cls.empty_total / (cls.empty_total + cls.nonempty_total)
                            if cls.empty_total + cls.nonempty_total else None),
-        "rings": [{"ring": r, "queries": v[0], "probes_per_query": v[1] / v[0],
-                   "empty_per_query": v[2] / v[0], "lookup_ns_per_query": v[3] / v[0]}
-                  for r, v in sorted(cls.rings.items()) if v[0]],
     }
     if entry["modeled_ns"] and lookup["p50"]:
         entry["measured_over_modeled"] = lookup["p50"] / entry["modeled_ns"]
@@ -176,27 +118,39 @@ def _class_entry(cls, bits: int, t0: float | None) -> dict:
     return entry
 
 
+def unavailable_reason(params: dict, sampled: int) -> str | None:
+    """Why the per-radius server measurements are missing (None when ``sampled`` queries
+    brought them)."""
+    if sampled:
+        return None
+    if not params.get("stats", True):
+        return ("the run did not ask for the server's per-radius counters (--no-stats, the "
+                "default with --wire binary): lookup times, probes, empty buckets and the model "
+                "fits were not measured; run with --stats to get them")
+    return "no measured request returned the server's per-radius counters"
+
+
+def build_model(stats: LoadStats, params: dict, bits: int, cost_model: dict | None) -> dict:
+    """``report["model"]``: :func:`~bucketsearch.index.costmodel.fit_all` of the sampled
+    queries (keys spread in), ``available``/``unavailable``, ``sample``, ``server`` and
+    ``modeled_with`` (see the module docstring)."""
+    reservoir = stats.reservoir
+    missing = unavailable_reason(params, reservoir.seen)
+    fit = None if missing else to_jsonable(fit_all(reservoir.records(), bits))
+    server = server_estimates(cost_model)
+    return {"available": missing is None, "unavailable": missing, **(fit or {}),
+            "sample": reservoir.describe(), "server": server,
+            "modeled_with": modeled_with(fit, server, len(reservoir.kept))}
+
+
 def build_report(stats: LoadStats, params: dict, bits: int, cost_model: dict | None = None,
                  warnings: list[str] | None = None, client: dict | None = None) -> dict:
-    """The JSON report (see the issue: params, versions, rates, per_radius, model, ...)."""
-    t0_server = server_t0_ns(cost_model)
+    """The JSON report: params, versions, rates, latencies, ``per_radius`` and ``knn`` (per
+    query class), ``model`` (:func:`build_model`) and the server's cost model as it answered."""
+    model = build_model(stats, params, bits, cost_model)
+    t0 = (model["modeled_with"] or {}).get("t0_ns")
     classes = stats.ordered_classes()
-    radius_classes = [c for c in classes if c.radius is not None]
-    pre = [_class_entry(c, bits, None) for c in radius_classes]
-    fit_rows = [e for e in pre if e["server_lookup_ns"]["p50"]]
-    paper = fit_paper([e["probes_model"] for e in fit_rows],
-                      [e["server_lookup_ns"]["p50"] for e in fit_rows])
-    ext = fit_extended([e["probes_model"] for e in fit_rows],
-                       [e["items_per_query"] or 0.0 for e in fit_rows],
-                       [e["server_lookup_ns"]["p50"] for e in fit_rows])
-    t0 = t0_server or paper["t0_ns"]
-    per_radius = [_class_entry(c, bits, t0) for c in radius_classes]
-    for e in per_radius:
-        e["verdict"] = verdict(e, ext)
-    r2_server = None
-    if t0_server and fit_rows:
-        r2_server = r2_log([e["server_lookup_ns"]["p50"] for e in fit_rows],
-                           [t0_server * e["probes_model"] for e in fit_rows])
+    per_radius = [_class_entry(c, bits, t0) for c in classes if c.radius is not None]
     knn = [_class_entry(c, bits, None) for c in classes if c.radius is None]
     status = dict(sorted(stats.status_codes.items()))
     return {
@@ -213,6 +167,7 @@ def build_report(stats: LoadStats, params: dict, bits: int, cost_model: dict | N
         "error_kinds": dict(stats.errors),
         "status_codes": status,
         "latency_ms": _lat_ms(stats.latency_us),
+        "latency_spectrum_ms": stats.latency_us.summary(1e-3, SPECTRUM),
         "service_ms": _lat_ms(stats.service_us),
         "queueing_ms": _lat_ms(stats.queueing_us),
         "scheduler_lag_ms": _lat_ms(stats.sched_lag_us),
@@ -220,15 +175,7 @@ def build_report(stats: LoadStats, params: dict, bits: int, cost_model: dict | N
         "warnings": list(warnings or []),
         "per_radius": per_radius,
         "knn": knn,
-        "model": {
-            "t0_ns": t0,
-            "t0_source": "server calibration" if t0_server else "fitted to this run",
-            "r2": r2_server if t0_server else paper["r2"],
-            "paper_fit": paper,
-            "r2_server_t0": r2_server,
-            "extended_fit": ext,
-            "definition": "cost(R) = t0 * sum_{r<=R} C(Q, r); r2 in log10 space over radii",
-        },
+        "model": model,
         "server_cost_model": cost_model,
     }
 
@@ -256,7 +203,9 @@ def make_console():
 
 
 def print_report(report: dict, console=None) -> None:
-    """Rich tables: run summary, measured vs modeled per radius, k-NN, model fits, warnings."""
+    """Rich tables: run summary, measured vs modeled per query class, the cost model
+    (:func:`~bucketsearch.index.costmodel.describe`), the server's estimates, warnings."""
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
@@ -275,90 +224,234 @@ def print_report(report: dict, console=None) -> None:
                   f"{_fmt_ms(report['service_ms']['p50'])}  p99 "
                   f"{_fmt_ms(report['service_ms']['p99'])};  scheduler lag ms p99 "
                   f"{_fmt_ms(lag['p99'])}")
+    spectrum = report.get("latency_spectrum_ms")
+    if spectrum and spectrum.get("count"):
+        console.print("latency spectrum ms: " + "  ".join(
+            f"{key} {_fmt_ms(value)}" for key, value in spectrum.items()
+            if key not in ("count", "mean")))
     model = report["model"]
-    t = Table(title=f"measured vs modeled (t0 = {_fmt_ns(model['t0_ns'])}/probe, "
-                    f"{model['t0_source']})")
+    if model.get("available") is False:
+        _print_client_side(report, console)
+        return
+    t = Table(title=escape(f"measured vs modeled per query class ({_t0_name(model)})"))
     for col in ("R", "probes", "t0*P", "lookup p50", "lookup p99", "lat p50 ms", "lat p99 ms",
                 "meas/model", "empty", "n"):
         t.add_column(col, justify="right")
-    for e in report["per_radius"]:
+    for e in report["per_radius"] + report["knn"]:
         lk = e["server_lookup_ns"]
         ratio = e["measured_over_modeled"]
-        t.add_row(str(e["radius"]), f"{e['probes']:,.0f}" if e["probes"] is not None else "-",
+        t.add_row(str(e["radius"]) if e["radius"] is not None else e["label"],
+                  f"{e['probes']:,.0f}" if e["probes"] is not None else "-",
                   _fmt_ns(e["modeled_ns"]), _fmt_ns(lk["p50"]), _fmt_ns(lk["p99"]),
                   _fmt_ms(e["latency_ms"]["p50"]), _fmt_ms(e["latency_ms"]["p99"]),
                   "-" if ratio is None else f"{ratio:.3g}",
                   "-" if e["empty_fraction"] is None else f"{e['empty_fraction']:.1%}",
                   str(e["count"]))
-    for e in report["knn"]:
-        lk = e["server_lookup_ns"]
-        t.add_row(e["label"], f"{e['probes']:,.0f}" if e["probes"] is not None else "-", "-",
-                  _fmt_ns(lk["p50"]), _fmt_ns(lk["p99"]), _fmt_ms(e["latency_ms"]["p50"]),
-                  _fmt_ms(e["latency_ms"]["p99"]), "-",
-                  "-" if e["empty_fraction"] is None else f"{e['empty_fraction']:.1%}",
-                  str(e["count"]))
     console.print(t)
-    pf, ext = model["paper_fit"], model["extended_fit"]
-    console.print(
-        f"paper model y = t0*P: fitted t0 {_fmt_ns(pf['t0_ns'])}, R^2 {_r2(pf['r2'])} "
-        f"({pf['n_points']} radii)"
-        + (f"; with the server's t0: R^2 {_r2(model['r2_server_t0'])}"
-           if model["r2_server_t0"] is not None else ""))
-    console.print(
-        f"extended model y = c + t0*P + t_item*I: c {_fmt_ns(ext['c_ns'])}, t0 "
-        f"{_fmt_ns(ext['t0_ns'])}, t_item {_fmt_ns(ext['t_item_ns'])}, R^2 {_r2(ext['r2'])} "
-        f"({ext['n_points']} radii)")
-    if len(report["per_radius"]) >= 2:
-        console.print("where the paper's model holds (extended-fit decomposition of the p50):")
-        for e in report["per_radius"]:
-            console.print(f"  radius {e['radius']}: {e.get('verdict', '-')}")
+    sample = model["sample"]
+    console.print(f"sample: {sample['queries_kept']:,} of {sample['queries_seen']:,} measured "
+                  f"queries (uniform, at most {sample['capacity']:,})", highlight=False)
+    console.print(describe(model), markup=False, highlight=False, soft_wrap=True)
+    _print_server_estimates(model.get("server"), console)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _r2(value) -> str:
-    return "-" if value is None else f"{value:.3f}"
+def _t0_name(model: dict) -> str:
+    """``t0 [estimator] = x ns, source`` of the per-class ``modeled_ns`` (or why there is none)."""
+    used = model.get("modeled_with")
+    if not used:
+        return "no t0: neither this run nor the server measured one"
+    return f"t0*P with t0 [{used['estimator']}] = {_fmt_ns(used['t0_ns'])}, {used['source']}"
+
+
+def _print_server_estimates(server: dict | None, console) -> None:
+    """The server's own t0 estimates, each named by its source and estimator."""
+    if not server or not server["estimates"]:
+        console.print("server's t0 estimates: none (no cost model from the server)")
+        return
+    console.print("server's t0 estimates (GET /v1/indexes/{name}/cost-model):", markup=False)
+    for e in server["estimates"]:
+        ci = e.get("ci_ns")
+        console.print(f"  t0 [{e.get('source')} / {e.get('estimator')}] = "
+                      f"{_fmt_ns(e.get('t0_ns'))}"
+                      + (f" (CI {_fmt_ns(ci[0])} .. {_fmt_ns(ci[1])})" if ci else ""),
+                      markup=False, highlight=False)
+
+
+def _print_client_side(report: dict, console) -> None:
+    """Per class, what the client measured; the server-side part is unavailable (and why)."""
+    from rich.table import Table
+
+    model = report["model"]
+    t = Table(title="per query class (client side)")
+    for col in ("class", "probes (model)", "t0*P", "lat p50 ms", "lat p99 ms", "svc p50 ms",
+                "results/query", "errors", "n"):
+        t.add_column(col, justify="right")
+    for e in report["per_radius"] + report["knn"]:
+        rpq = e.get("results_per_query")
+        t.add_row(e["label"], "-" if e["probes_model"] is None else f"{e['probes_model']:,}",
+                  _fmt_ns(e["modeled_ns"]), _fmt_ms(e["latency_ms"]["p50"]),
+                  _fmt_ms(e["latency_ms"]["p99"]), _fmt_ms(e["service_ms"]["p50"]),
+                  "-" if rpq is None else f"{rpq:.3g}", str(e["errors"]), str(e["count"]))
+    console.print(t)
+    console.print(f"t0*P: {_t0_name(model)}", markup=False, highlight=False)
+    console.print(f"measured vs modeled per radius: unavailable ({model['unavailable']})")
+    _print_server_estimates(model.get("server"), console)
+    for w in report["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+# -- thresholds (--slo) -----------------------------------------------------------------------
+SLO_EXIT = 99
+SLO_HELP = ("[CLASS:]METRIC OP VALUE[UNIT] with OP one of < <= > >=; METRIC: p50, p90, p99, "
+            "p99.9, max, mean (latency from the intended send; units ns, us, ms (default), s; "
+            "service_p50 ... for the service time), error_rate (a fraction, or with %), rps "
+            "(requests/s), qps (queries/s); CLASS: a query class such as r1 or knn10; e.g. "
+            "p99<20ms, error_rate<0.1%, r2:p99<5ms, rps>=500")
+_SLO_RE = re.compile(r"^(?:(?P<cls>[A-Za-z0-9_]+):)?(?P<metric>[a-z_]+[0-9.]*)\s*"
+                     r"(?P<op><=|>=|<|>)\s*(?P<value>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+                     r"(?P<unit>[a-z%/]*)$")
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_LATENCY_KEYS = {"p50": "p50", "p90": "p90", "p99": "p99", "p99.9": "p999", "p999": "p999",
+                 "max": "max", "mean": "mean"}
+_TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3, "": 1.0}
+_RATE_UNITS = {"%": 0.01, "": 1.0}
+_THROUGHPUT = {"rps": "achieved_rate", "qps": "queries_per_s"}
+
+
+@dataclass(frozen=True)
+class Slo:
+    """One threshold: ``metric op threshold`` (latencies in ms, error rates as fractions)."""
+
+    text: str
+    metric: str
+    op: str
+    threshold: float
+    qclass: str | None = None
+
+    def holds(self, value: float | None) -> bool:
+        return value is not None and _OPS[self.op](value, self.threshold)
+
+
+def parse_slos(text: str) -> list[Slo]:
+    """``"p99<20ms,error_rate<0.1%"`` -> thresholds; ValueError naming the part and the
+    grammar (:data:`SLO_HELP`)."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = _SLO_RE.match(part)
+        bad = f"--slo {part!r}: "
+        if m is None:
+            raise ValueError(bad + f"not a threshold; allowed: {SLO_HELP}")
+        metric, unit, value = m["metric"], m["unit"], float(m["value"])
+        base = metric.removeprefix("service_")
+        if base in _LATENCY_KEYS:
+            if unit not in _TIME_UNITS_MS:
+                raise ValueError(bad + f"unit {unit!r} of a latency; allowed: ns, us, ms, s")
+            value *= _TIME_UNITS_MS[unit]
+        elif metric in ("error_rate", "errors"):
+            if unit not in _RATE_UNITS:
+                raise ValueError(bad + f"unit {unit!r} of an error rate; allowed: % or none "
+                                 "(a fraction)")
+            value *= _RATE_UNITS[unit]
+            metric = "error_rate"
+        elif metric in _THROUGHPUT:
+            if unit not in ("", "/s"):
+                raise ValueError(bad + f"unit {unit!r} of a rate; allowed: /s or none")
+            if m["cls"]:
+                raise ValueError(bad + f"{metric} is measured for the whole run, not per class")
+        else:
+            raise ValueError(bad + f"unknown metric {metric!r}; allowed: {SLO_HELP}")
+        out.append(Slo(part, metric, m["op"], value, m["cls"]))
+    if not out:
+        raise ValueError(f"--slo {text!r}: no threshold given; allowed: {SLO_HELP}")
+    return out
+
+
+def slo_value(report: dict, slo: Slo) -> tuple[float | None, str]:
+    """The measured value of ``slo``'s metric in ``report`` and its display unit."""
+    scope = report
+    if slo.qclass is not None:
+        scope = next((e for e in report["per_radius"] + report["knn"]
+                      if e["label"] == slo.qclass), None)
+        if scope is None:
+            return None, ""
+    if slo.metric in _THROUGHPUT:
+        return scope.get(_THROUGHPUT[slo.metric]), "/s"
+    if slo.metric == "error_rate":
+        n = scope.get("requests", scope.get("count")) or 0
+        return (scope["errors"] / n if n else None), ""
+    dist = "service_ms" if slo.metric.startswith("service_") else "latency_ms"
+    return scope[dist][_LATENCY_KEYS[slo.metric.removeprefix("service_")]], " ms"
+
+
+def evaluate_slos(report: dict, slos: list[Slo]) -> list[dict]:
+    """One record per threshold: the expression, the measured value, ``ok``."""
+    out = []
+    for slo in slos:
+        value, unit = slo_value(report, slo)
+        rec = {"slo": slo.text, "metric": slo.metric, "class": slo.qclass, "op": slo.op,
+               "threshold": slo.threshold, "value": value, "ok": slo.holds(value)}
+        if slo.metric == "error_rate" and value is not None:
+            shown = f"{value:.4%}"
+        else:
+            shown = "no measured request" if value is None else f"{value:.4g}{unit}"
+        rec["measured"] = shown
+        out.append(rec)
+    return out
+
+
+def print_slos(results: list[dict], console=None) -> None:
+    console = console or make_console()
+    for r in results:
+        status = "[green]ok[/green]" if r["ok"] else "[bold red]BREACHED[/bold red]"
+        console.print(f"threshold {r['slo']}: {status} (measured {r['measured']})")
 
 
 # -- plot -------------------------------------------------------------------------------------
 def plot_report(report: dict, path) -> None:
-    """PNG: modeled vs measured cost against radius (log y), and empty buckets per radius."""
+    """PNG: per radius, measured T(R) (p50, p99; the cost model's ``radii``) against the paper's
+    ``t0 sum_{i<=R} C(Q, i)`` (t0 named) and the client latency p50 of each radius class (log
+    y); and empty vs non-empty buckets probed per query at each radius."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = report["per_radius"]
-    radii = [e["radius"] for e in rows]
+    model = report["model"]
+    rows = model.get("radii") or []
+    radii = [r["radius"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     if rows:
-        modeled = [e["modeled_ns"] for e in rows]
-        p50 = [e["server_lookup_ns"]["p50"] for e in rows]
-        p99 = [e["server_lookup_ns"]["p99"] for e in rows]
-        lat = [e["latency_ms"]["p50"] * 1e6 if e["latency_ms"]["p50"] is not None else None
-               for e in rows]
-        t0 = report["model"]["t0_ns"]
-        if any(m is not None for m in modeled):
-            ax1.plot(radii, _nan(modeled), "o--", label=f"modeled t0*P (t0={_fmt_ns(t0)})")
-        ax1.plot(radii, _nan(p50), "s-", label="server lookup p50")
-        ax1.plot(radii, _nan(p99), "v:", label="server lookup p99")
-        ax1.plot(radii, _nan(lat), "^-", alpha=0.6, label="client latency p50")
-        ext = report["model"]["extended_fit"]
-        if ext["n_points"]:
-            pred = [ext["c_ns"] + ext["t0_ns"] * e["probes_model"]
-                    + ext["t_item_ns"] * (e["items_per_query"] or 0) for e in rows]
-            ax1.plot(radii, pred, "x", color="k", label="extended model")
+        cum = [r["measured_cumulative"] for r in rows]
+        ax1.plot(radii, _nan([c["p50_ns"] for c in cum]), "s-", label="measured T(R) p50")
+        ax1.plot(radii, _nan([c["p99_ns"] for c in cum]), "v:", label="measured T(R) p99")
+        if model.get("t0_ns"):
+            ax1.plot(radii, _nan([r["paper_cumulative_ns"] for r in rows]), "o--",
+                     label=f"t0 sum C(Q, i), t0 [{model['t0_estimator']}] = "
+                           f"{_fmt_ns(model['t0_ns'])}")
+    classes = [e for e in report["per_radius"] if e["latency_ms"]["p50"] is not None]
+    if classes:
+        ax1.plot([e["radius"] for e in classes], [e["latency_ms"]["p50"] * 1e6 for e in classes],
+                 "^-", alpha=0.6, label="client latency p50 (radius-R class)")
+    if rows or classes:
         ax1.set_yscale("log")
-        ax1.set_xticks(radii)
+        ax1.set_xticks(sorted(set(radii) | {e["radius"] for e in classes}))
         ax1.legend(fontsize=8)
+    else:
+        ax1.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax1.transAxes)
     ax1.set_xlabel("radius R")
-    ax1.set_ylabel("cost per query (ns)")
-    ax1.set_title("modeled vs measured cost")
+    ax1.set_ylabel("ns per query")
+    ax1.set_title("measured vs modeled T(R)")
     ax1.grid(True, which="both", alpha=0.3)
-    empty = [e["empty_buckets_per_query"] for e in rows]
-    nonempty = [e["nonempty_buckets_per_query"] for e in rows]
-    if rows and any(v is not None for v in empty):
+    if rows:
         x = np.arange(len(rows))
+        empty = [r["mean_empty_buckets"] for r in rows]
+        nonempty = [None if r["probes"] is None or e is None else r["probes"] - e
+                    for r, e in zip(rows, empty)]
         ax2.bar(x - 0.2, _nan(empty), 0.4, label="empty buckets")
         ax2.bar(x + 0.2, _nan(nonempty), 0.4, label="non-empty buckets")
         ax2.set_xticks(x, [str(r) for r in radii])
@@ -366,8 +459,8 @@ def plot_report(report: dict, path) -> None:
         ax2.legend(fontsize=8)
     else:
         ax2.text(0.5, 0.5, "no server stats", ha="center", va="center", transform=ax2.transAxes)
-    ax2.set_xlabel("radius R")
-    ax2.set_ylabel("buckets probed per query")
+    ax2.set_xlabel("radius r")
+    ax2.set_ylabel("buckets probed per query at r")
     ax2.set_title("empty buckets per radius")
     ax2.grid(True, which="both", axis="y", alpha=0.3)
     fig.suptitle(f"{report['params'].get('mode')} loop, "
@@ -381,5 +474,4 @@ def _nan(values):
     return [math.nan if v is None else v for v in values]
 
 
-__all__ = ["build_report", "print_report", "plot_report", "fit_paper", "fit_extended",
-           "versions"]
+__all__ = ["build_model", "build_report", "print_report", "plot_report", "versions"]

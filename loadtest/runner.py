@@ -19,10 +19,14 @@ rate (open) or concurrency (closed) is split over that many client processes sha
 time; their records are merged.
 
 HTTP: ``httpx.AsyncClient`` with the ``httpx-aiohttp`` transport (``HttpxAiohttpClient``), whose
-throughput on 2 cores is well above httpx's default transport. Each distinct request body is
-built into an ``httpx.Request`` once and re-sent (``client.send``), which saves URL parsing and
-header building on every request. The event loop is asyncio's (``--loop uvloop`` is offered;
-asyncio's millisecond-rounded-up timers suit the open-loop scheduler better, see
+throughput on 2 cores is well above httpx's default transport. The requests are encoded by
+:mod:`bucketsearch.loadtest.wire` (JSON or binary wire forms, with or without the per-radius
+stats) and every request carries the run's headers (``api_key`` as ``Authorization: Bearer``,
+and ``headers``). Each distinct request is built into an ``httpx.Request`` once and re-sent
+(``client.send``), which saves URL parsing and header building on every request. The setup
+requests (readiness, index info, sample, cost model) go through
+:class:`bucketsearch.loadtest.client.Client`. The event loop is asyncio's (``--loop uvloop`` is
+offered; asyncio's millisecond-rounded-up timers suit the open-loop scheduler better, see
 :func:`_sleep_until`).
 """
 from __future__ import annotations
@@ -35,9 +39,10 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 import numpy as np
-import orjson
 
+from bucketsearch.loadtest.client import BucketsearchError, Client, Retry
 from bucketsearch.loadtest.stats import QueryStats, RequestResult
+from bucketsearch.loadtest.wire import search_summary
 from bucketsearch.loadtest.workload import Workload
 
 ARRIVALS = ("constant", "poisson")
@@ -73,6 +78,17 @@ class RunConfig:
     loop: str = "asyncio"
     transport: str = "aiohttp"
     progress: bool = True
+    #: sent as ``Authorization: Bearer``; never written to a report (see :func:`config_dict`)
+    api_key: str | None = None
+    #: extra request headers, ``(name, value)`` pairs (only the names are reported)
+    headers: tuple = ()
+
+    def request_headers(self) -> dict:
+        """The headers of every request of the run: ``headers`` and the API key."""
+        out = {name: value for name, value in self.headers}
+        if self.api_key is not None:
+            out["authorization"] = f"Bearer {self.api_key}"
+        return out
 
     def validate(self) -> "RunConfig":
         def bad(flag, value, allowed):
@@ -104,6 +120,10 @@ class RunConfig:
         if self.mode == "closed" and self.processes > self.concurrency:
             bad("--processes", self.processes, f"at most --concurrency ({self.concurrency}) "
                 "in closed mode")
+        if self.api_key is not None and (not self.api_key
+                                         or any(c.isspace() for c in self.api_key)):
+            raise ValueError("--api-key: the key must be non-empty and without whitespace "
+                             "(value not shown)")
         return self
 
 
@@ -130,24 +150,23 @@ class ServerError(RuntimeError):
 
 
 def make_client(url: str, max_connections: int, timeout: float,
-                transport: str = "aiohttp") -> httpx.AsyncClient:
-    """httpx client, keep-alive connections up to ``max_connections``; ``transport`` "aiohttp"
-    (``httpx_aiohttp.HttpxAiohttpClient``, the default) or "httpx" (httpx's own transport, the
-    baseline of the benchmark)."""
+                transport: str = "aiohttp", headers: dict | None = None) -> httpx.AsyncClient:
+    """httpx client, keep-alive connections up to ``max_connections``, ``headers`` on every
+    request; ``transport`` "aiohttp" (``httpx_aiohttp.HttpxAiohttpClient``, the default) or
+    "httpx" (httpx's own transport, the baseline of the benchmark)."""
     limits = httpx.Limits(max_connections=max_connections,
                           max_keepalive_connections=max_connections)
+    kw = {"base_url": url, "limits": limits, "timeout": httpx.Timeout(timeout),
+          "headers": headers}
     if transport == "httpx":
-        return httpx.AsyncClient(base_url=url, limits=limits, timeout=httpx.Timeout(timeout))
+        return httpx.AsyncClient(**kw)
     from httpx_aiohttp import HttpxAiohttpClient
 
-    return HttpxAiohttpClient(base_url=url, limits=limits, timeout=httpx.Timeout(timeout))
+    return HttpxAiohttpClient(**kw)
 
 
-def _parse_response(res: RequestResult, content: bytes) -> None:
-    data = orjson.loads(content)
-    results = data.get("results") or []
-    res.n_results = sum(len(r.get("ids", ())) for r in results)
-    stats = data.get("stats")
+def _parse_response(res: RequestResult, content: bytes, content_type: str = "") -> None:
+    res.n_results, stats = search_summary(content, content_type)
     if stats:
         res.server = [QueryStats.from_server(rings) for rings in stats]
 
@@ -167,7 +186,7 @@ class _Shared:
 
 
 async def _send(client, path, req, res_list, intended, dispatch, sem, state, shared):
-    sent, status, error, content = None, 0, None, None
+    sent, status, error, content, ctype = None, 0, None, None, ""
     try:
         async with sem:
             sent = time.monotonic_ns()
@@ -177,11 +196,12 @@ async def _send(client, path, req, res_list, intended, dispatch, sem, state, sha
                 http_req = state["prepared"].get(id(req))
                 if http_req is None:
                     http_req = state["prepared"][id(req)] = client.build_request(
-                        "POST", path, content=req.body,
-                        headers={"content-type": "application/json"})
+                        "POST", path, params=req.params or None, content=req.body,
+                        headers=req.headers)
                 resp = await client.send(http_req)
                 content = resp.content
                 status = resp.status_code
+                ctype = resp.headers.get("content-type", "")
                 if status >= 300:
                     error = f"HTTP {status}"
             except httpx.TimeoutException:
@@ -195,10 +215,11 @@ async def _send(client, path, req, res_list, intended, dispatch, sem, state, sha
         error = "no answer before the end of the run"
         _record(req, res_list, intended, dispatch, sent, status, error, None, shared)
         raise
-    _record(req, res_list, intended, dispatch, sent, status, error, content, shared)
+    _record(req, res_list, intended, dispatch, sent, status, error, content, shared, ctype)
 
 
-def _record(req, res_list, intended, dispatch, sent, status, error, content, shared):
+def _record(req, res_list, intended, dispatch, sent, status, error, content, shared,
+            ctype=""):
     done = time.monotonic_ns()
     if sent is None:
         sent = done
@@ -207,8 +228,8 @@ def _record(req, res_list, intended, dispatch, sent, status, error, content, sha
                         status, error)
     if error is None and content:
         try:
-            _parse_response(res, content)
-        except (ValueError, TypeError, AttributeError) as exc:
+            _parse_response(res, content, ctype)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
             res.error = f"bad response: {type(exc).__name__}"
     res_list.append(res)
     shared.bump()
@@ -256,7 +277,7 @@ async def _open_loop(cfg, workload, start_ns, rate, seed, phase_ns, first_index,
     tasks = set()
     measured = 0
     async with make_client(cfg.url, max(1, cfg.max_inflight // cfg.processes), cfg.timeout,
-                           cfg.transport) as client:
+                           cfg.transport, cfg.request_headers()) as client:
         i = 0
         while True:
             if i >= len(offsets):  # (rare: more Poisson arrivals than 1.5x the mean)
@@ -307,7 +328,8 @@ async def _closed_loop(cfg, workload, start_ns, concurrency, first_index, stride
     now = time.monotonic_ns()
     if start_ns > now:
         await asyncio.sleep((start_ns - now) / 1e9)
-    async with make_client(cfg.url, concurrency, cfg.timeout, cfg.transport) as client:
+    async with make_client(cfg.url, concurrency, cfg.timeout, cfg.transport,
+                           cfg.request_headers()) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return results, state["max_inflight"]
 
@@ -478,57 +500,60 @@ def saturation_warnings(cfg: RunConfig, outcome: RunOutcome, stats) -> list[str]
 
 
 # -- setup requests (synchronous; small) ------------------------------------------------------
-def check_server(url: str, timeout: float = 5.0) -> None:
-    """Raise :class:`ServerError` with a one-line message unless ``url`` answers ``/readyz``."""
+def setup_client(cfg: RunConfig, timeout: float = 30.0) -> Client:
+    """The blocking :class:`~bucketsearch.loadtest.client.Client` of the setup requests, with
+    the run's key and headers (reads retried twice)."""
+    return Client(cfg.url, timeout=max(timeout, cfg.timeout), retry=Retry(attempts=2),
+                  headers=cfg.request_headers())
+
+
+def setup_error(client: Client, exc: BucketsearchError) -> ServerError:
+    """A one-line :class:`ServerError` for a failed setup request, saying what to do."""
+    if exc.status is None:
+        return ServerError(f"cannot reach the server at {client.url} ({exc.detail})")
+    hint = {401: "the server wants an API key: pass it with --api-key or BUCKETSEARCH_API_KEY",
+            403: "the server refused the key sent (a wrong key, or the read key where the "
+                 "write key is needed): check --api-key / BUCKETSEARCH_API_KEY"}.get(exc.status)
+    return ServerError(f"{exc.method} {exc.path} -> {exc.status}: {exc.detail[:200]}"
+                       + (f"; {hint}" if hint else ""))
+
+
+def check_server(client: Client) -> None:
+    """Raise :class:`ServerError` with a one-line message unless the server answers
+    ``/readyz``."""
     try:
-        resp = httpx.get(url.rstrip("/") + "/readyz", timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__}: "
-                          f"{exc or 'no answer'})") from None
-    if resp.status_code != 200:
-        raise ServerError(f"server at {url} is not ready: GET /readyz -> {resp.status_code}")
+        client.ready()
+    except BucketsearchError as exc:
+        if exc.status == 503:
+            raise ServerError(f"server at {client.url} is not ready: GET /readyz -> 503 "
+                              f"({exc.detail[:200]})") from None
+        raise setup_error(client, exc) from None
 
 
-def get_index(url: str, index: str, timeout: float = 10.0) -> dict:
+def get_index(client: Client, index: str) -> dict:
     """``GET /v1/indexes/{index}``; :class:`ServerError` if absent or unreachable."""
     try:
-        resp = httpx.get(f"{url.rstrip('/')}/v1/indexes/{index}", timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__})") from None
-    if resp.status_code == 404:
-        raise ServerError(f"index {index!r} does not exist on {url} (GET /v1/indexes/{index} "
-                          "-> 404)")
-    if resp.status_code != 200:
-        raise ServerError(f"GET /v1/indexes/{index} -> {resp.status_code}: {resp.text[:200]}")
-    return resp.json()
+        return client.index(index)
+    except BucketsearchError as exc:
+        if exc.status == 404:
+            raise ServerError(f"index {index!r} does not exist on {client.url} (GET "
+                              f"/v1/indexes/{index} -> 404)") from None
+        raise setup_error(client, exc) from None
 
 
-def get_sample(url: str, index: str, bits: int, n: int, seed: int = 0,
-               timeout: float = 30.0) -> tuple[np.ndarray, int]:
-    """``GET /v1/indexes/{index}/sample?n=&seed=`` (octet-stream): ``(packed rows, live size)``,
-    up to ``n`` codes drawn uniformly from the index's live items, packed
-    ``(m, ceil(bits/8))`` uint8 rows; :class:`ServerError` if the server cannot give them."""
-    path = f"/v1/indexes/{index}/sample"
+def get_sample(client: Client, index: str, n: int, seed: int = 0) -> tuple[np.ndarray, int]:
+    """``(packed rows, live size)``: up to ``n`` codes drawn uniformly from the index's live
+    items (``GET /v1/indexes/{index}/sample``), packed ``(m, ceil(bits/8))`` uint8 rows;
+    :class:`ServerError` if the server cannot give them."""
     try:
-        resp = httpx.get(f"{url.rstrip('/')}{path}", params={"n": n, "seed": seed},
-                         headers={"accept": "application/octet-stream"}, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise ServerError(f"cannot reach the server at {url} ({type(exc).__name__})") from None
-    if resp.status_code == 405 or (resp.status_code == 404 and f"{index!r}" not in resp.text):
-        raise ServerError(f"GET {path} -> {resp.status_code}: this server cannot sample the "
-                          "index's codes (an older version?); pass --codes FILE with codes of "
-                          "the index")
-    if resp.status_code != 200:
-        raise ServerError(f"GET {path} -> {resp.status_code}: {resp.text[:200]}")
-    nb = (bits + 7) // 8
-    body = resp.content
-    m, rest = divmod(len(body), 8 + nb)
-    if rest or int(resp.headers.get("x-bits", bits)) != bits:
-        raise ServerError(f"GET {path}: unexpected answer ({len(body)} bytes, X-Bits "
-                          f"{resp.headers.get('x-bits')!r}, expected {8 + nb} bytes per "
-                          f"{bits}-bit item)")
-    packed = np.frombuffer(body, dtype=np.uint8, offset=8 * m).reshape(m, nb).copy()
-    return packed, int(resp.headers.get("x-index-size", m))
+        _, packed, size = client.sample(index, n, seed)
+    except BucketsearchError as exc:
+        if exc.status == 405 or (exc.status == 404 and f"{index!r}" not in exc.detail):
+            raise ServerError(f"{exc.method} {exc.path} -> {exc.status}: this server cannot "
+                              "sample the index's codes (an older version?); pass --codes FILE "
+                              "with codes of the index") from None
+        raise setup_error(client, exc) from None
+    return packed, size
 
 
 def empty_bucket_warning(outcome: RunOutcome) -> str | None:
@@ -558,18 +583,19 @@ def empty_bucket_warning(outcome: RunOutcome) -> str | None:
             "to draw queries from the index itself")
 
 
-def get_cost_model(url: str, index: str, timeout: float = 30.0) -> dict | None:
-    """``GET /v1/indexes/{index}/cost-model``, or None when the server has none."""
+def get_cost_model(client: Client, index: str) -> dict | None:
+    """``GET /v1/indexes/{index}/cost-model``, or None when the server gives none."""
     try:
-        resp = httpx.get(f"{url.rstrip('/')}/v1/indexes/{index}/cost-model", timeout=timeout)
-    except httpx.HTTPError:
+        return client.cost_model(index)
+    except BucketsearchError:
         return None
-    if resp.status_code != 200:
-        return None
-    return resp.json()
 
 
 def config_dict(cfg: RunConfig) -> dict:
+    """The run's parameters for the report: the API key only as whether one was sent, the
+    extra headers by name only (their values may be secrets too)."""
     out = asdict(cfg)
+    out["api_key"] = "(set)" if cfg.api_key is not None else None
+    out["headers"] = [name for name, _ in cfg.headers]
     out["pid"] = os.getpid()
     return out

@@ -41,12 +41,19 @@ Throughput. Only requests whose intended send time falls after the warm-up are *
 With ``t_first`` the earliest intended time and ``t_last`` the latest completion among measured
 requests, ``achieved_rate = n_measured / (t_last - t_first)`` requests per second and
 ``send_rate = n_measured / (max sent - t_first)``. Queries per second multiply by the batch size.
+
+Cost samples. Every measured query's per-radius server counters (the ``stats`` records of the
+search answer) go into a :class:`QueryReservoir`: a uniform random sample of at most
+``capacity`` queries (Vitter's Algorithm R, seeded), so the cost model of a long run is fitted
+on a bounded sample in which every measured query had the same chance ``capacity / seen``.
 """
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 from hdrh.histogram import HdrHistogram
 
 #: Percentiles reported for every latency distribution (99.9 is reported as "p999").
@@ -55,6 +62,11 @@ PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 HIGHEST_US = 3_600_000_000
 HIGHEST_NS = 3_600_000_000_000
 SIGNIFICANT_DIGITS = 3
+#: the per-radius counters kept of each query (the server's ``stats`` record fields), in the
+#: order of :attr:`QueryStats.rings`; ``candidates`` only for multi-index hashing
+RING_FIELDS = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns", "candidates")
+#: queries kept for the cost model of a run (:class:`QueryReservoir`)
+RESERVOIR_SIZE = 20_000
 
 
 def percentile_key(p: float) -> str:
@@ -64,7 +76,8 @@ def percentile_key(p: float) -> str:
 
 @dataclass(slots=True)
 class QueryStats:
-    """Server-reported work of one query, summed over the radii it searched (rings 0..R)."""
+    """Server-reported work of one query, summed over the radii it searched (rings 0..R), and
+    per ring r the counters of :data:`RING_FIELDS` (``candidates`` only when reported)."""
 
     probes: int
     nonempty_buckets: int
@@ -72,23 +85,78 @@ class QueryStats:
     items: int
     lookup_ns: int
     modeled_ns: float | None = None
-    #: per ring r: (probes, empty_buckets, lookup_ns), as reported
-    rings: tuple[tuple[int, int, int], ...] = ()
+    #: per ring r: (probes, nonempty_buckets, empty_buckets, items, lookup_ns[, candidates])
+    rings: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
     def from_server(cls, rings: list[dict]) -> "QueryStats":
         """Sum the server's per-radius entries ``[{"radius", "probes", ...}, ...]`` of one query."""
         modeled = [ring.get("modeled_ns") for ring in rings]
-        return cls(
-            probes=sum(int(ring.get("probes", 0)) for ring in rings),
-            nonempty_buckets=sum(int(ring.get("nonempty_buckets", 0)) for ring in rings),
-            empty_buckets=sum(int(ring.get("empty_buckets", 0)) for ring in rings),
-            items=sum(int(ring.get("items", 0)) for ring in rings),
-            lookup_ns=sum(int(ring.get("lookup_ns", 0)) for ring in rings),
-            modeled_ns=None if any(m is None for m in modeled) else float(sum(modeled)),
-            rings=tuple((int(ring.get("probes", 0)), int(ring.get("empty_buckets", 0)),
-                         int(ring.get("lookup_ns", 0))) for ring in rings),
-        )
+        fields = RING_FIELDS if rings and "candidates" in rings[0] else RING_FIELDS[:-1]
+        kept = tuple(tuple(int(ring.get(f) or 0) for f in fields) for ring in rings)
+        sums = [sum(col) for col in zip(*kept)] or [0] * len(fields)
+        return cls(*sums[:5], modeled_ns=None if any(m is None for m in modeled)
+                   else float(sum(modeled)), rings=kept)
+
+    def records(self) -> list[dict]:
+        """The per-radius records again, in the server's form ``{"radius": r, "probes", ...}``
+        (what :func:`bucketsearch.index.costmodel.fit_all` takes)."""
+        return [{"radius": r, **dict(zip(RING_FIELDS, ring))} for r, ring in
+                enumerate(self.rings)]
+
+
+class QueryReservoir:
+    """A uniform random sample of at most ``capacity`` queries' :class:`QueryStats` (Vitter's
+    Algorithm R: the n-th query offered replaces a random kept one with probability
+    ``capacity / n``; seeded, so a run's sample is reproducible)."""
+
+    __slots__ = ("capacity", "seed", "seen", "kept", "_rng")
+
+    def __init__(self, capacity: int = RESERVOIR_SIZE, seed: int = 0):
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity: an integer >= 1 is needed, got {capacity!r}")
+        self.capacity = capacity
+        self.seed = seed
+        self.seen = 0
+        self.kept: list[QueryStats] = []
+        self._rng = random.Random(seed)
+
+    def add(self, query: QueryStats) -> None:
+        self.seen += 1
+        if len(self.kept) < self.capacity:
+            self.kept.append(query)
+            return
+        j = self._rng.randrange(self.seen)
+        if j < self.capacity:
+            self.kept[j] = query
+
+    def merge(self, other: "QueryReservoir") -> None:
+        """Make this a uniform sample of both reservoirs' queries: the number taken from
+        ``self`` is hypergeometric (``capacity`` draws from ``self.seen + other.seen`` queries),
+        each side's share a uniform subset of its sample."""
+        if other.capacity != self.capacity:
+            raise ValueError(f"capacity: cannot merge a reservoir of {other.capacity} queries "
+                             f"into one of {self.capacity}")
+        total = self.seen + other.seen
+        if total <= self.capacity:
+            self.kept = self.kept + other.kept
+        else:
+            draws = np.random.default_rng(self._rng.getrandbits(64))
+            mine = int(draws.hypergeometric(self.seen, other.seen, self.capacity))
+            self.kept = (self._rng.sample(self.kept, mine)
+                         + self._rng.sample(other.kept, self.capacity - mine))
+        self.seen = total
+
+    def records(self) -> list[list[dict]]:
+        """Per kept query, its per-radius records (:meth:`QueryStats.records`)."""
+        return [q.records() for q in self.kept]
+
+    def describe(self) -> dict:
+        return {"queries_seen": self.seen, "queries_kept": len(self.kept),
+                "capacity": self.capacity, "seed": self.seed,
+                "method": "uniform random sample of the measured queries' per-radius stats "
+                          "records (Algorithm R, seeded): each query kept with probability "
+                          "capacity / queries_seen when more were seen"}
 
 
 @dataclass(slots=True)
@@ -220,19 +288,20 @@ class ClassStats:
     nonempty_total: int = 0
     modeled_ns_total: float = 0.0
     modeled_count: int = 0
-    #: per ring r: [queries reaching ring r, probes, empty buckets, lookup ns] summed
-    rings: dict[int, list[int]] = field(default_factory=dict)
 
 
 class LoadStats:
     """Accumulates :class:`RequestResult` records into per-class and overall statistics.
 
     Records whose ``intended_ns`` is before ``measure_from_ns`` (the warm-up) are counted in
-    ``warmup_requests`` and otherwise ignored.
+    ``warmup_requests`` and otherwise ignored. Every measured query with server counters is
+    offered to ``reservoir`` (at most ``reservoir_size`` kept, seeded with ``seed``).
     """
 
-    def __init__(self, measure_from_ns: int = 0):
+    def __init__(self, measure_from_ns: int = 0, reservoir_size: int = RESERVOIR_SIZE,
+                 seed: int = 0):
         self.measure_from_ns = measure_from_ns
+        self.reservoir = QueryReservoir(reservoir_size, seed)
         self.classes: dict[str, ClassStats] = {}
         self.latency_us = Distribution()
         self.service_us = Distribution()
@@ -286,12 +355,8 @@ class LoadStats:
             if q.modeled_ns is not None:
                 cls.modeled_ns_total += q.modeled_ns
                 cls.modeled_count += 1
-            for r, (probes, empty, ns) in enumerate(q.rings):
-                ring = cls.rings.setdefault(r, [0, 0, 0, 0])
-                ring[0] += 1
-                ring[1] += probes
-                ring[2] += empty
-                ring[3] += ns
+            if q.rings:
+                self.reservoir.add(q)
 
     def add_all(self, results) -> "LoadStats":
         for res in results:
@@ -341,6 +406,7 @@ class LoadStats:
         self.first_intended_ns = _min(self.first_intended_ns, other.first_intended_ns)
         self.last_sent_ns = _max(self.last_sent_ns, other.last_sent_ns)
         self.last_done_ns = _max(self.last_done_ns, other.last_done_ns)
+        self.reservoir.merge(other.reservoir)
         for label, theirs in other.classes.items():
             mine = self.classes.get(label)
             if mine is None:
@@ -354,10 +420,6 @@ class LoadStats:
                          "modeled_count"):
                 setattr(mine, name, getattr(mine, name) + getattr(theirs, name))
             mine.probes.update(theirs.probes)
-            for r, ring in theirs.rings.items():
-                acc = mine.rings.setdefault(r, [0, 0, 0, 0])
-                for j in range(4):
-                    acc[j] += ring[j]
 
 
 def _min(a, b):

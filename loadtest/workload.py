@@ -1,10 +1,13 @@
 """Seeded query mix: which requests the load test sends, encoded once before the run.
 
-A *query class* is a radius search ``{"codes": [...], "max_distance": r, "stats": true}`` or a
-k-NN search ``{"codes": [...], "k": k, "stats": true}``. Each request carries ``batch`` queries of
-one class (so per-class statistics stay clean). The class of request ``i`` is drawn from the
-classes with the given weights (uniform by default) by a ``numpy`` generator seeded with
-``seed``; so is every query.
+A *query class* is a radius search (``max_distance: r``) or a k-NN search (``k``). Each request
+carries ``batch`` queries of one class (so per-class statistics stay clean), encoded by
+:func:`bucketsearch.loadtest.wire.encode_search` in the wire form of the run: ``json``
+(``{"codes": [hex...], "max_distance": r, "stats": true}``) or ``binary`` (packed codes as
+``application/octet-stream``, parameters in the query string, a binary answer; a JSON answer
+when the per-radius ``stats`` are asked for, the only form that carries them). The class of
+request ``i`` is drawn from the classes with the given weights (uniform by default) by a
+``numpy`` generator seeded with ``seed``; so is every query.
 
 A query is a code of the index (a row of ``base_codes``, uniform) with ``f`` bits flipped at
 distinct uniform positions, ``f`` uniform in ``0 .. r`` for a radius-r query (so the source code
@@ -16,11 +19,12 @@ order.
 """
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from bucketsearch.loadtest.wire import WIRES, check_wire, encode_search
 
 #: distinct request bodies generated per class; requests cycle through them
 DEFAULT_POOL = 512
@@ -50,11 +54,13 @@ class QueryClass:
 
 @dataclass(slots=True)
 class Request:
-    """A pre-encoded search request."""
+    """A pre-encoded search request: body, query-string parameters and headers."""
 
     qclass: QueryClass
     body: bytes
     n_queries: int
+    params: dict = field(default_factory=dict)
+    headers: dict = field(default_factory=lambda: {"content-type": "application/json"})
 
 
 def parse_radii(text: str) -> list[int]:
@@ -113,16 +119,17 @@ def make_queries(base_codes: np.ndarray, bits: int, qclass: QueryClass, n: int,
     return flip_bits(rows, n_flips, bits, rng)
 
 
+def encode_request(qclass: QueryClass, packed: np.ndarray, stats: bool = True,
+                   wire: str = "json") -> Request:
+    """One search request of ``qclass`` over the packed query rows, in ``wire`` form."""
+    params, headers, body = encode_search(packed, k=qclass.k, max_distance=qclass.radius,
+                                          stats=stats, wire=wire)
+    return Request(qclass, body, len(packed), params, headers)
+
+
 def encode_body(qclass: QueryClass, packed: np.ndarray, stats: bool = True) -> bytes:
     """JSON body of one search request over the packed query rows."""
-    body: dict = {"codes": [row.tobytes().hex() for row in packed]}
-    if qclass.radius is not None:
-        body["max_distance"] = qclass.radius
-    else:
-        body["k"] = qclass.k
-    if stats:
-        body["stats"] = True
-    return json.dumps(body, separators=(",", ":")).encode()
+    return encode_request(qclass, packed, stats, "json").body
 
 
 class Workload:
@@ -130,13 +137,20 @@ class Workload:
 
     ``classes`` and ``weights`` define the mix; request i's class is drawn once per position in
     a schedule of ``schedule_len`` draws (repeated), the bodies of a class cycle through
-    ``pool`` pre-encoded bodies.
+    ``pool`` pre-encoded bodies, in ``wire`` form (``json`` or ``binary``), asking for the
+    server's per-radius counters when ``stats``. The queries depend on the seed only, not on
+    the wire form.
     """
 
     def __init__(self, base_codes: np.ndarray, bits: int, classes: list[QueryClass],
                  batch: int = 1, seed: int = 0, weights: list[float] | None = None,
                  pool: int = DEFAULT_POOL, schedule_len: int = 4096, stats: bool = True,
-                 flips: str = "upto"):
+                 flips: str = "upto", wire: str = "json"):
+        try:
+            check_wire(wire)
+        except ValueError:
+            raise ValueError(f"--wire {wire!r} is not allowed: one of {', '.join(WIRES)}") \
+                from None
         if not classes:
             raise ValueError("the workload needs at least one query class")
         if batch < 1:
@@ -151,6 +165,8 @@ class Workload:
         self.batch = batch
         self.seed = seed
         self.flips = flips
+        self.wire = wire
+        self.stats = bool(stats)
         self.weights = [w / sum(weights) for w in weights]
         rng = np.random.default_rng(seed)
         self.schedule = rng.choice(len(classes), size=schedule_len, p=self.weights)
@@ -159,7 +175,7 @@ class Workload:
             bodies = []
             for _ in range(pool):
                 packed = make_queries(base_codes, bits, qclass, batch, rng, flips)
-                bodies.append(Request(qclass, encode_body(qclass, packed, stats), batch))
+                bodies.append(encode_request(qclass, packed, stats, wire))
             self.pools.append(bodies)
 
     def __getitem__(self, i: int) -> Request:
@@ -170,7 +186,8 @@ class Workload:
     def describe(self) -> dict:
         return {"classes": [q.label for q in self.classes], "weights": self.weights,
                 "batch": self.batch, "seed": self.seed, "bits": self.bits,
-                "pool_per_class": len(self.pools[0]), "flips": self.flips}
+                "pool_per_class": len(self.pools[0]), "flips": self.flips, "wire": self.wire,
+                "stats": self.stats}
 
 
 def probes_upto(bits: int, radius: int) -> int:

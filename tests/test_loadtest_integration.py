@@ -22,8 +22,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
+import helpers
 import httpx
 import pytest
 
@@ -33,7 +33,7 @@ from bucketsearch.loadtest.demo import INDEX, ServerProcess, free_port, load_ind
 from bucketsearch.loadtest.runner import RunConfig
 from bucketsearch.loadtest.workload import QueryClass, Workload
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = helpers.ROOT
 N_CODES = 20_000
 BITS = 64
 
@@ -87,11 +87,21 @@ def test_cli_report_against_real_server(server, tmp_path, capsys):
         # queries are index codes (sampled from the server) with exactly r flipped bits: each
         # finds at least its source
         assert e["results_per_query"] >= 1
-        assert e["modeled_ns"] == pytest.approx(report["model"]["t0_ns"] * e["probes"])
+        assert e["modeled_ns"] == pytest.approx(report["model"]["modeled_with"]["t0_ns"]
+                                                * e["probes"])
     # 1M-sparse codes: almost every probed bucket at radius 2 is empty
     assert per[2]["empty_fraction"] > 0.9
     assert report["knn"][0]["label"] == "knn1" and report["knn"][0]["results_per_query"] == 1
-    assert report["model"]["t0_ns"] > 0 and report["model"]["paper_fit"]["n_points"] == 3
+    model = report["model"]
+    assert model["t0_ns"] > 0 and model["modeled_with"]["estimator"] == "radius_fit"
+    # the cost model of the measured queries: every one reached radius 0 (k-NN ones too),
+    # and the rings 0..2 exactly as the radius classes searched them
+    assert [r["radius"] for r in model["radii"]] == [0, 1, 2]
+    assert model["radii"][0]["queries"] == model["sample"]["queries_seen"] == \
+        sum(e["queries"] for e in report["per_radius"] + report["knn"])
+    assert [r["paper_ratio"] for r in model["radii"]] == [1, 65, 2081]
+    assert {e["estimator"] for e in model["t0"]} == {"radius_fit", "query_model.probes"}
+    assert all({"source", "estimator"} <= set(e) for e in model["server"]["estimates"])
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -170,37 +180,15 @@ SLOWED_APP = textwrap.dedent('''
 def slowed_server(tmp_path_factory, codes):
     tmp = tmp_path_factory.mktemp("slowed")
     (tmp / "slowed.py").write_text(SLOWED_APP)
-    (tmp / "data").mkdir()
-    port = free_port()
-    env = {**os.environ, "BUCKETSEARCH_DATA_DIR": str(tmp / "data"),
-           "PYTHONPATH": os.pathsep.join([str(tmp), str(ROOT)])}
-    log = open(tmp / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "slowed:create", "--factory",
-                             "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                             "warning"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                            cwd=ROOT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp), str(ROOT)])}  # slowed.py and the package
+    srv = helpers.ServerProcess(tmp / "data", env, log_path=tmp / "server.log",
+                                app="slowed:create")
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, (tmp / "server.log").read_text()[-2000:]
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "slowed server not ready"
-            time.sleep(0.2)
-        load_index(url, codes[:5000], BITS, say=lambda *a: None)
-        yield url
+        srv.start(timeout=180)
+        load_index(srv.url, codes[:5000], BITS, say=lambda *a: None)
+        yield srv.url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-        log.close()
+        srv.stop()
 
 
 def _p90(url, codes, mode, stall_ms, max_inflight=64):

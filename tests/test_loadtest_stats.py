@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -10,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.loadtest import dataset
-from bucketsearch.loadtest.report import build_report, fit_extended, fit_paper, plot_report
-from bucketsearch.loadtest.stats import Distribution, LoadStats, QueryStats, RequestResult
-from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii, probes_upto
+from bucketsearch.loadtest.report import build_report, plot_report, print_report
+from bucketsearch.loadtest.stats import (Distribution, LoadStats, QueryReservoir, QueryStats,
+                                         RequestResult)
+from bucketsearch.loadtest.workload import QueryClass, Workload, parse_radii
 
 US = 1000  # ns per microsecond
 
@@ -135,12 +138,15 @@ def test_warmup_is_discarded_and_rates_use_the_window():
     assert s.queries_per_s() == pytest.approx(100 / 0.9905)
 
 
+SERVER_RECORDS = [
+    {"radius": 0, "probes": 1, "nonempty_buckets": 1, "empty_buckets": 0, "items": 2,
+     "lookup_ns": 100, "modeled_ns": 10.0},
+    {"radius": 1, "probes": 64, "nonempty_buckets": 2, "empty_buckets": 62, "items": 3,
+     "lookup_ns": 900, "modeled_ns": 640.0}]
+
+
 def test_status_codes_errors_and_classes():
-    ok_server = [QueryStats.from_server([
-        {"radius": 0, "probes": 1, "nonempty_buckets": 1, "empty_buckets": 0, "items": 2,
-         "lookup_ns": 100, "modeled_ns": 10.0},
-        {"radius": 1, "probes": 64, "nonempty_buckets": 2, "empty_buckets": 62, "items": 3,
-         "lookup_ns": 900, "modeled_ns": 640.0}])]
+    ok_server = [QueryStats.from_server(SERVER_RECORDS)]
     records = [rec(0, 0, 100, server=ok_server) for _ in range(3)]
     records += [rec(0, 0, 200, status=503, error="HTTP 503"),
                 rec(0, 0, 300, status=0, error="timeout"),
@@ -155,14 +161,59 @@ def test_status_codes_errors_and_classes():
     assert dict(r1.probes) == {65: 3}
     assert r1.items_total == 15 and r1.empty_total == 186
     assert r1.modeled_ns_total == pytest.approx(3 * 650.0)
-    assert r1.rings[1] == [3, 192, 186, 2700]
     assert [c.label for c in s.ordered_classes()] == ["r0", "r1"]
+    # the cost samples: the 3 measured r1 queries' records as the server sent them (without
+    # modeled_ns); the r0 query came without per-radius records and the failures with none
+    assert s.reservoir.seen == 3
+    want = [{k: v for k, v in rec.items() if k != "modeled_ns"} for rec in SERVER_RECORDS]
+    assert s.reservoir.records() == [want] * 3
+
+
+def test_query_stats_keep_candidates_of_multi_index_hashing():
+    recs = [{**rec, "candidates": 7 * rec["radius"] + 1} for rec in SERVER_RECORDS]
+    q = QueryStats.from_server(recs)
+    assert (q.probes, q.items, q.lookup_ns) == (65, 5, 1000)
+    assert [r["candidates"] for r in q.records()] == [1, 8]
+
+
+def test_reservoir_is_bounded_and_uniform():
+    res = QueryReservoir(capacity=10, seed=3)
+    queries = [QueryStats(i, 0, 0, 0, 0, rings=((i, 0, 0, 0, 0),)) for i in range(25)]
+    for q in queries:
+        res.add(q)
+    assert res.seen == 25 and len(res.kept) == 10 and len({q.probes for q in res.kept}) == 10
+    with pytest.raises(ValueError, match="capacity: an integer >= 1 is needed, got 0"):
+        QueryReservoir(capacity=0)
+    # uniform: over many seeds every one of 40 queries is kept in about 10/40 of the samples
+    kept = Counter()
+    for seed in range(2000):
+        res = QueryReservoir(capacity=10, seed=seed)
+        for i in range(40):
+            res.add(QueryStats(i, 0, 0, 0, 0, rings=((i, 0, 0, 0, 0),)))
+        kept.update(q.probes for q in res.kept)
+    share = np.array([kept[i] for i in range(40)]) / 2000
+    assert abs(share - 0.25).max() < 0.05  # binomial sd 0.0097: 5 sd
+    # a merge keeps the sample uniform over both sides: 30 + 10 queries, 10 kept
+    from_a = []
+    for seed in range(2000):
+        a, b = QueryReservoir(10, seed), QueryReservoir(10, seed + 10_000)
+        for i in range(30):
+            a.add(QueryStats(i, 0, 0, 0, 0, rings=((i, 0, 0, 0, 0),)))
+        for i in range(30, 40):
+            b.add(QueryStats(i, 0, 0, 0, 0, rings=((i, 0, 0, 0, 0),)))
+        a.merge(b)
+        assert a.seen == 40 and len(a.kept) == 10
+        from_a.append(sum(q.probes < 30 for q in a.kept))
+    assert np.mean(from_a) == pytest.approx(7.5, abs=0.15)  # 10 x 30/40
+    with pytest.raises(ValueError, match="cannot merge a reservoir of 5 queries into one of 10"):
+        QueryReservoir(10).merge(QueryReservoir(5))
 
 
 def test_merge_equals_one_accumulation():
     rng = np.random.default_rng(1)
     records = [rec(int(t), int(t) + 5, int(t) + 5 + int(d), label=f"r{k}", radius=int(k),
-                   server=[QueryStats(1, 1, 0, 1, int(d) * 10)])
+                   server=[QueryStats(1, 1, 0, 1, int(d) * 10,
+                                      rings=((1, 1, 0, 1, int(d) * 10),))])
                for t, d, k in zip(rng.integers(0, 10**6, 400), rng.integers(1, 5000, 400),
                                   rng.integers(0, 3, 400))]
     whole = LoadStats(1000).add_all(records)
@@ -175,65 +226,115 @@ def test_merge_equals_one_accumulation():
                 whole.classes[label].lookup_ns.percentile(p)
     assert a.requests == whole.requests and a.warmup_requests == whole.warmup_requests
     assert a.achieved_rate() == pytest.approx(whole.achieved_rate())
+    assert a.reservoir.seen == whole.reservoir.seen
 
 
-# -- model fits and the report ----------------------------------------------------------------
-def test_fit_paper_recovers_t0_exactly():
-    probes = [probes_upto(64, r) for r in range(4)]
-    assert probes == [1, 65, 2081, 43745]
-    fit = fit_paper(probes, [7.0 * p for p in probes])
-    assert fit["t0_ns"] == pytest.approx(7.0) and fit["r2"] == pytest.approx(1.0)
-    # a constant 1 us overhead breaks the paper model at small radii
-    bad = fit_paper(probes, [1000 + 7.0 * p for p in probes])
-    assert bad["r2"] < 0.9
-
-
-def test_fit_extended_recovers_coefficients():
-    probes = np.array([1, 65, 2081, 43745], dtype=float)
-    items = np.array([1.0, 1.5, 3.0, 9.0])
-    y = 800 + 5.0 * probes + 40 * items
-    fit = fit_extended(probes, items, y)
-    assert fit["c_ns"] == pytest.approx(800, rel=1e-6)
-    assert fit["t0_ns"] == pytest.approx(5.0, rel=1e-6)
-    assert fit["t_item_ns"] == pytest.approx(40, rel=1e-6)
-    assert fit["r2"] == pytest.approx(1.0)
-    # coefficients are never negative
-    assert min(fit_extended(probes, items, 1e6 - probes)[k]
-               for k in ("c_ns", "t0_ns", "t_item_ns")) >= 0
-
-
-def test_build_report_shape_and_plot(tmp_path):
+# -- the report: the cost model's one answer ---------------------------------------------------
+def known_run() -> list[RequestResult]:
+    """20 queries of each radius class R = 0..3 whose ring j costs ``300 [j = 0] + 5 C(64, j)
+    + 40 items_j`` ns; a class-R query finds its R + 1 items on ring R (none before), so per
+    query T = 300 + 5 P + 40 I exactly, and the ball up to r < R is empty."""
     records = []
-    for r in range(4):
-        p = probes_upto(64, r)
-        server = [QueryStats(p, 1, p - 1, 2, 500 + 5 * p,
-                             rings=tuple((math.comb(64, j), math.comb(64, j) - (j == 0), 1)
-                                         for j in range(r + 1)))]
-        records += [rec(i * 100, i * 100, i * 100 + 50 + 10 * r, label=f"r{r}", radius=r,
+    for big in range(4):
+        rings = []
+        for j in range(big + 1):
+            probes, items = math.comb(64, j), (big + 1) * (j == big)
+            rings.append({"radius": j, "probes": probes, "nonempty_buckets": int(items > 0),
+                          "empty_buckets": probes - int(items > 0), "items": items,
+                          "lookup_ns": 300 * (j == 0) + 5 * probes + 40 * items})
+        server = [QueryStats.from_server(rings)]
+        records += [rec(i * 100, i * 100, i * 100 + 50 + 10 * big, label=f"r{big}", radius=big,
                         server=server) for i in range(20)]
-    stats = LoadStats().add_all(records)
+    return records
+
+
+SERVER_CM = {"t0_ns": 4.0, "t0_estimator": "radius_fit", "t0_source": "calibration",
+             "estimates": [{"estimator": "radius_fit", "source": "calibration", "t0_ns": 4.0,
+                            "ci_ns": [3.9, 4.1]},
+                           {"estimator": "microbenchmark", "source": "calibration",
+                            "t0_ns": 3.5, "ci_ns": None}]}
+
+
+def test_build_report_fits_the_cost_model_once_and_plots(tmp_path):
+    stats = LoadStats().add_all(known_run())
     report = build_report(stats, {"mode": "open", "rate": 100.0, "index": "x", "batch": 1}, 64,
-                          {"t0_ns": 5.0}, ["a warning"])
-    json.dumps(report)
+                          SERVER_CM, ["a warning"])
+    json.dumps(report, allow_nan=False)
     for key in ("params", "versions", "achieved_rate", "target_rate", "errors", "status_codes",
                 "per_radius", "model"):
         assert key in report
-    assert report["target_rate"] == 100.0
-    assert [e["radius"] for e in report["per_radius"]] == [0, 1, 2, 3]
+    assert report["target_rate"] == 100.0 and report["versions"]["hdrhistogram"]
+    model = report["model"]
+    assert model["available"] is True and model["unavailable"] is None
+    assert model["sample"]["queries_seen"] == model["sample"]["queries_kept"] == 80
+    assert model["sample"]["capacity"] == 20_000 and "uniform" in model["sample"]["method"]
+    # per radius, from every query that reached it
+    rows = {r["radius"]: r for r in model["radii"]}
+    assert [rows[r]["queries"] for r in range(4)] == [80, 60, 40, 20]
+    assert [rows[r]["empty_ball_queries"] for r in range(4)] == [60, 40, 20, 0]
+    assert [rows[r]["paper_ratio"] for r in range(4)] == [1, 65, 2081, 43745]
+    # T(R) p50: queries of the classes > R found nothing up to R, the majority from r = 1 on
+    ring = [300 + 5, 5 * 64, 5 * 2016, 5 * 41664]
+    assert rows[0]["measured_cumulative"]["p50_ns"] == pytest.approx(ring[0])
+    assert rows[1]["measured_cumulative"]["p50_ns"] == pytest.approx(ring[0] + ring[1])
+    assert rows[3]["measured_cumulative"]["p50_ns"] == pytest.approx(sum(ring) + 160)
+    # every t0 named; the query model recovers 300 + 5 P + 40 I exactly
+    assert [e["estimator"] for e in model["t0"]] == ["radius_fit", "query_model.probes"]
+    assert model["t0_ns"] == pytest.approx(5.0, rel=0.01)
+    terms = model["query_model"]["terms"]
+    assert terms["fixed"]["coef_ns"] == pytest.approx(300, rel=1e-6)
+    assert terms["probes"]["coef_ns"] == pytest.approx(5.0, rel=1e-6)
+    assert terms["items"]["coef_ns"] == pytest.approx(40, rel=1e-6)
+    assert "candidates" in model["query_model"]["unidentified"]
+    # radius 0: t0 x 1 = 5 ns against 305 ns measured; radius 1: 325 / 625 (just above 1/2)
+    assert model["verdicts"]["paper_model"]["holds_at"] == [1, 2, 3]
+    assert model["verdicts"]["paper_model"]["fails_at"] == [0]
+    # per class: modeled with this run's radius_fit t0; the server's estimates beside
+    assert model["modeled_with"]["estimator"] == "radius_fit"
+    assert model["modeled_with"]["source"] == "this run (80 sampled queries)"
     e3 = report["per_radius"][3]
-    assert e3["probes"] == 43745 and e3["modeled_ns"] == pytest.approx(5.0 * 43745)
+    assert e3["probes"] == 43745 and e3["modeled_ns"] == pytest.approx(model["t0_ns"] * 43745)
     assert set(e3["latency_ms"]) >= {"p50", "p90", "p99", "p999", "max"}
-    assert set(e3["server_lookup_ns"]) >= {"p50", "p99"} and e3["count"] == 20
-    assert e3["latency_ms"]["p50"] == pytest.approx(0.08)
-    assert report["model"]["t0_ns"] == 5.0 and report["model"]["t0_source"] == "server calibration"
-    assert report["model"]["r2"] is not None
-    assert report["per_radius"][3]["verdict"].startswith("holds")
-    # y = 500 + 5 P: at radius 0 the 500 ns overhead is 99% of the cost
-    assert report["per_radius"][0]["verdict"].startswith("breaks: per-probe work is only 1%")
-    assert report["versions"]["hdrhistogram"]
+    assert e3["count"] == 20 and e3["latency_ms"]["p50"] == pytest.approx(0.08)
+    assert model["server"]["t0_ns"] == 4.0 and model["server"]["estimates"] == \
+        SERVER_CM["estimates"]
+    assert "verdict" not in e3 and "rings" not in e3
     out = tmp_path / "plot.png"
     plot_report(report, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_print_report_names_every_t0(capsys):
+    from rich.console import Console
+
+    stats = LoadStats().add_all(known_run())
+    report = build_report(stats, {"mode": "open", "rate": 100.0, "index": "x", "batch": 1}, 64,
+                          SERVER_CM)
+    print_report(report, Console(width=200, force_terminal=False))
+    text = capsys.readouterr().out
+    for named in ("t0 [radius_fit] = ", "t0 [query_model.probes] = ",
+                  "t0 [calibration / radius_fit] = 4 ns", "t0 [calibration / microbenchmark]",
+                  "t0*P with t0 [radius_fit] = ", "empty balls", "[query_model] per query"):
+        assert named in text, named
+    # no t0 figure without the name of its estimator
+    assert not re.search(r"t0\s*=", text), text
+
+
+def test_a_run_without_stats_has_no_model_and_says_why(tmp_path):
+    records = [rec(i * 100, i * 100, i * 100 + 50, label="r1", radius=1) for i in range(10)]
+    report = build_report(LoadStats().add_all(records), {"mode": "closed", "stats": False}, 64,
+                          SERVER_CM)
+    model = report["model"]
+    assert model["available"] is False and "--no-stats" in model["unavailable"]
+    assert "radii" not in model and "t0" not in model and model["sample"]["queries_seen"] == 0
+    assert model["modeled_with"] == {"t0_ns": 4.0, "estimator": "radius_fit",
+                                     "source": "server (calibration)"}
+    assert report["per_radius"][0]["modeled_ns"] == pytest.approx(4.0 * 65)
+    assert report["per_radius"][0]["server_lookup_ns"]["p50"] is None
+    nothing = build_report(LoadStats().add_all(records), {"mode": "closed"}, 64, None)
+    assert nothing["model"]["modeled_with"] is None
+    assert "no measured request returned" in nothing["model"]["unavailable"]
+    plot_report(nothing, tmp_path / "empty.png")
 
 
 # -- workload ---------------------------------------------------------------------------------

@@ -16,11 +16,8 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ServerProcess
-from fastapi.testclient import TestClient
+from helpers import ServerProcess, app_client
 
-from bucketsearch.app.main import create_app
-from bucketsearch.app.settings import Settings
 from bucketsearch.index.codes import pack_bits, to_hex, to_packed, unpack_words
 from bucketsearch.loadtest.cli import load_codes, main
 from bucketsearch.loadtest.workload import QueryClass, make_queries
@@ -37,12 +34,7 @@ def random_words(n: int, bits: int, seed: int) -> np.ndarray:
 # ------------------------------------------------------------------ the sample endpoint
 @pytest.fixture
 def client(tmp_path):
-    app = create_app(Settings(data_dir=tmp_path / "d", warmup=False, calibration_queries=0))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 60
-        while c.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    with app_client(tmp_path / "d") as c:
         yield c
 
 
@@ -157,6 +149,35 @@ def test_default_queries_hit_the_users_items(server, tmp_path, capsys):
         assert per[r]["results_per_query"] >= 1
     assert report["knn"][0]["results_per_query"] == 1
     assert not [w for w in report["warnings"] if "empty" in w], report["warnings"]
+
+
+def test_model_counts_match_the_servers_cost_model(server, tmp_path, capsys, user_codes):
+    """Issue 12: per radius the load test's cost model (its sampled queries' records) counts
+    the same ``queries`` and ``empty_ball_queries`` as the server's own cost-model endpoint,
+    on a fresh index that served exactly those searches; and the counts are the known ones:
+    a radius-R query is an item's code with R bits flipped (uniform 64-bit codes: no other
+    item within 10 bits), so its ball up to r is empty exactly for r < R."""
+    with server.client() as c:
+        r = c.post("/v1/indexes", json={"name": "counted", "bits": BITS, "mode": "single"})
+        assert r.status_code == 201, r.text
+        r = c.post("/v1/indexes/counted/items", json={"ids": list(range(N_ITEMS)),
+                                                      "codes": to_hex(user_codes, BITS)})
+        assert r.status_code == 200, r.text
+        assert c.post("/v1/indexes/counted/merge").status_code == 200
+    rc, out, err, report = run_cli(server, tmp_path, capsys, "--radii", "0,1,2",
+                                   index="counted")
+    assert rc == 0, out + err
+    assert report["errors"] == 0 and report["model"]["available"] is True
+    with server.client() as c:
+        served = c.get("/v1/indexes/counted/cost-model").json()
+    mine = [(r["radius"], r["queries"], r["empty_ball_queries"]) for r in report["model"]["radii"]]
+    assert mine == [(r["radius"], r["queries"], r["empty_ball_queries"])
+                    for r in served["radii"]]
+    per = {e["radius"]: e["queries"] for e in report["per_radius"]}
+    knn = report["knn"][0]["queries"]
+    assert mine[0] == (0, per[0] + per[1] + per[2] + knn, per[1] + per[2])
+    assert mine[1][2] == per[2] and mine[2][2] == 0
+    assert report["model"]["sample"]["queries_seen"] == mine[0][1]
 
 
 def test_warns_when_every_probed_bucket_is_empty(server, tmp_path, capsys):

@@ -1,0 +1,540 @@
+"""Issue 13: ``bucketsearch.Client`` / ``AsyncClient`` against a real server process (keys set,
+small limits), results checked against the plain-numpy twins of tests/naive.py.
+
+* every code form in, every format out, both wire forms;
+* batches above the server's max_batch, max_results and body limits: split, and equal to brute
+  force (CSR offsets and k-NN rows put back together);
+* every error class from a real answer (and the status table from made-up answers);
+* retries: a read survives a dropped connection (a proxy that drops the first connection), a
+  write is never resent; 503 waits Retry-After, a longer one is raised.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import socket
+import subprocess
+import sys
+import threading
+
+import httpx
+import numpy as np
+import pytest
+from conftest import ServerProcess
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from naive import knn as naive_knn
+from naive import range_search as naive_range
+
+from bucketsearch.index.codes import pack_bits, to_hex, to_ints, to_packed, unpack_words
+from bucketsearch.loadtest import client as cl
+from bucketsearch.loadtest.client import (AsyncClient, BadRequest, BucketsearchError, Client,
+                                          Conflict, Forbidden, Limits, MissingItems, NotFound,
+                                          PayloadTooLarge, Retry, TransportError, Unauthorized,
+                                          Unavailable)
+from bucketsearch.loadtest.wire import decode_search, search_summary
+
+pytestmark = pytest.mark.timeout(300)
+WRITE_KEY, READ_KEY = "write-key-13", "read-key-13"
+MAX_BATCH, MAX_RESULTS, MAX_BODY = 300, 4000, 65536
+WIRES = ("binary", "json")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("client")
+    srv = ServerProcess(tmp / "data", {"BUCKETSEARCH_API_KEY": WRITE_KEY,
+                                       "BUCKETSEARCH_READ_KEY": READ_KEY,
+                                       "BUCKETSEARCH_MAX_BATCH": str(MAX_BATCH),
+                                       "BUCKETSEARCH_MAX_RESULTS": str(MAX_RESULTS),
+                                       "BUCKETSEARCH_MAX_BODY_BYTES": str(MAX_BODY)})
+    srv.start(180)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(params=WIRES)
+def wire(request):
+    return request.param
+
+
+@pytest.fixture
+def client(server, wire):
+    with Client(server.url, api_key=WRITE_KEY, wire=wire, timeout=60) as c:
+        yield c
+
+
+def random_words(n, bits, seed):
+    return pack_bits(np.random.default_rng(seed).integers(0, 2, (n, bits), dtype=np.uint8))
+
+
+def fresh(c, name, bits, **kw):
+    try:
+        c.delete_index(name)
+    except NotFound:
+        pass
+    return c.create_index(name, bits, **kw)
+
+
+def test_exported_lazily_and_imports_no_server_code():
+    code = ("import sys, bucketsearch\n"
+            "from bucketsearch.loadtest import client\n"
+            "assert bucketsearch.Client is client.Client\n"
+            "assert bucketsearch.AsyncClient is client.AsyncClient\n"
+            "bad = [m for m in sys.modules if m.startswith(('bucketsearch.app', 'fastapi'))]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("bits", [64, 12, 100])
+def test_every_code_form_in_and_out(client, bits):
+    name = f"forms{bits}{client.wire}"
+    fresh(client, name, bits)
+    words = random_words(50, bits, seed=bits)
+    forms = [unpack_words(words[:10], bits),                          # (n, Q) bits {0, 1}
+             unpack_words(words[10:20], bits).astype(np.int8) * 2 - 1,  # {-1, +1}
+             to_packed(words[20:30], bits),                           # packed uint8 rows
+             words[30:40],                                            # uint64 words
+             to_hex(words[40:45], bits),                              # hex strings
+             to_ints(words[45:50], bits)]                             # Python ints
+    starts = [0, 10, 20, 30, 40, 45]
+    for form, start in zip(forms, starts):
+        n = len(form)
+        assert client.add(name, form, np.arange(start, start + n)) == n
+    ids = np.arange(50)
+    assert np.array_equal(client.get(name, ids, format="words"), words)
+    assert np.array_equal(client.get(name, ids), to_packed(words, bits))
+    assert np.array_equal(client.get(name, ids, format="bits"), unpack_words(words, bits))
+    assert client.get(name, ids, format="hex") == to_hex(words, bits)
+    assert client.get(name, ids, format="int") == to_ints(words, bits)
+    with pytest.raises(MissingItems) as err:
+        client.get(name, [3, 77, 4, 78])
+    assert err.value.ids == [77, 78] and "77" in str(err.value)
+    codes, found = client.get(name, [3, 77], format="words", missing="mask")
+    assert found.tolist() == [True, False] and np.array_equal(codes[0], words[3])
+    assert not codes[1].any()
+    # the default ids: first_id, first_id + 1, ... (octet-stream ?first_id= on the binary wire)
+    assert client.add(name, words[:3], first_id=1000) == 3
+    assert np.array_equal(client.get(name, [1000, 1001, 1002], format="words"), words[:3])
+    with pytest.raises(ValueError, match="ids must be a 1-D int array of length 2"):
+        client.add(name, words[:2], [1, 2, 3])
+    with pytest.raises(ValueError):
+        client.add(name, ["zz"], [5000])  # not hex: refused before any request
+
+
+@pytest.fixture(scope="module")
+def big(server):
+    """2,000 random 16-bit codes, ids 10, 13, 16, ... (not positions), merged; queries."""
+    bits = 16
+    xb = random_words(2_000, bits, seed=1)
+    ids = 10 + 3 * np.arange(len(xb), dtype=np.int64)
+    xq = np.concatenate([xb[:400], random_words(300, bits, seed=2)])
+    with Client(server.url, api_key=WRITE_KEY) as c:
+        fresh(c, "big", bits, mode="single")
+        assert c.add("big", xb, ids) == len(xb)  # 2,000 > max_batch: split
+        # the server's limits, read from GET /v1/limits (max_results is named in no 413)
+        assert c.limits == Limits(MAX_BATCH, MAX_RESULTS, MAX_BODY)
+        c.merge("big")
+    return bits, xb, ids, xq
+
+
+def test_batches_above_the_limits_equal_brute_force(client, big):
+    bits, xb, ids, xq = big
+    R = 3
+    lims, D, I = client.range_search("big", xq, R)
+    assert lims[-1] > MAX_RESULTS  # more than one request may return
+    want = naive_range(xq, xb, ids, bits, R)
+    assert np.array_equal(lims, want[0]) and np.array_equal(D, want[1])
+    assert np.array_equal(I, want[2])
+    D, I = client.search("big", xq, 10)                # 700 x 10 > max_results
+    wd, wi = naive_knn(xq, xb, ids, bits, 10)
+    assert np.array_equal(D, wd) and np.array_equal(I, wi)
+    assert D.shape == (len(xq), 10) and D.dtype == np.int32 and I.dtype == np.int64
+
+
+def test_top_k_within_radius(client, big):
+    bits, xb, ids, xq = big
+    k, R = 5, 2
+    D, I = client.search("big", xq, k, max_distance=R)
+    wd, wi = naive_knn(xq, xb, ids, bits, k)
+    far = wd > R
+    wd[far], wi[far] = -1, -1
+    assert np.array_equal(D, wd) and np.array_equal(I, wi)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(nq=st.integers(1, 40), radius=st.integers(0, 4), k=st.integers(1, 30),
+       seed=st.integers(0, 2**32 - 1))
+def test_property_radius_and_knn_equal_brute_force(server, big, nq, radius, k, seed):
+    bits, xb, ids, _ = big
+    xq = random_words(nq, bits, seed)
+    with Client(server.url, api_key=READ_KEY) as c:
+        lims, D, I = c.range_search("big", xq, radius)
+        want = naive_range(xq, xb, ids, bits, radius)
+        assert np.array_equal(lims, want[0]) and np.array_equal(I, want[2])
+        assert np.array_equal(D, want[1])
+        D, I = c.search("big", xq, k)
+        wd, wi = naive_knn(xq, xb, ids, bits, k)
+        assert np.array_equal(D, wd) and np.array_equal(I, wi)
+
+
+def test_stats_in_the_engine_layout(client, big):
+    bits, xb, ids, xq = big
+    R = 2
+    lims, D, I, stats = client.range_search("big", xq[:5], R, stats=True)
+    assert stats.radii.tolist() == [R + 1] * 5
+    assert stats.probes.tolist() == [[math.comb(bits, r) for r in range(R + 1)]] * 5
+    assert (stats.nonempty_buckets + stats.empty_buckets == stats.probes).all()
+    assert stats.items.sum(axis=1).tolist() == np.diff(lims).tolist()  # merged: no delta
+    assert stats.delta_items.tolist() == [0] * 5 and stats.requests == 1
+    assert stats.per_query(0)[0]["probes"] == 1 and (stats.lookup_ns >= 0).all()
+    D2, I2, st2 = client.search("big", xq[:5], 3, stats=True)
+    assert st2.radii.shape == (5,) and (st2.radii >= 1).all()
+
+
+def test_upsert_remove_merge_set_mode(client):
+    bits, name = 64, f"writes{client.wire}"
+    fresh(client, name, bits, mode="single")
+    words = random_words(20, bits, seed=3)
+    client.add(name, words[:10], np.arange(10))
+    assert client.upsert(name, words[10:15], [0, 1, 2, 100, 101]) == (2, 3)
+    assert np.array_equal(client.get(name, [0, 1, 2, 100], format="words"),
+                          words[[10, 11, 12, 13]])
+    assert client.remove(name, [0, 1, 555]) == 2
+    info = client.merge(name)
+    assert info["size"] == 10 and info["delta_size"] == 0
+    info = client.set_mode(name, "mih")
+    assert info["mode"] == "mih"
+    lims, D, I = client.range_search(name, words[12:13], 0)
+    assert I.tolist() == [2]
+    assert [i["name"] for i in client.indexes()].count(name) == 1
+    assert client.cost_model(name)["bits"] == bits
+    with pytest.raises(ValueError, match="upsert needs ids"):
+        client.upsert(name, words[:1], None)
+
+
+def test_backup_and_restore(client, tmp_path):
+    bits, name = 32, f"bk{client.wire}"
+    fresh(client, name, bits)
+    words = random_words(300, bits, seed=4)
+    client.add(name, words, np.arange(300) * 7)
+    path = tmp_path / "ix.backup"
+    size = client.backup(name, path)
+    assert size == path.stat().st_size > 0
+    buf = io.BytesIO()
+    assert client.backup(name, buf) > 0
+    for target, src in ((f"{name}_a", path), (f"{name}_b", io.BytesIO(buf.getvalue()))):
+        try:
+            client.delete_index(target)
+        except NotFound:
+            pass
+        info = client.restore(target, src)
+        assert info["name"] == target and info["size"] == 300 and info["bits"] == bits
+        assert np.array_equal(client.get(target, np.arange(300) * 7, format="words"), words)
+    with pytest.raises(Conflict):
+        client.restore(f"{name}_a", path)
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    with pytest.raises(BadRequest) as err:
+        client.restore(f"{name}_c", io.BytesIO(bytes(damaged)))
+    assert err.value.status == 400 and err.value.detail
+    with pytest.raises(NotFound):
+        client.index(f"{name}_c")  # nothing left behind
+
+
+def test_error_classes_from_a_real_server(server):
+    with Client(server.url) as anon, Client(server.url, api_key="wrong") as wrong, \
+            Client(server.url, api_key=READ_KEY) as reader, \
+            Client(server.url, api_key=WRITE_KEY) as writer:
+        with pytest.raises(Unauthorized) as err:
+            anon.indexes()
+        assert err.value.status == 401 and "Bearer" in str(err.value)
+        with pytest.raises(Forbidden):
+            wrong.indexes()
+        with pytest.raises(Forbidden):
+            reader.create_index("never", 64)
+        with pytest.raises(NotFound) as err:
+            reader.index("no-such-index")
+        assert "no-such-index" in err.value.detail
+        fresh(writer, "errs", 64)
+        with pytest.raises(Conflict):
+            writer.create_index("errs", 64)
+        with pytest.raises(BadRequest) as err:
+            writer.create_index("bad", 0)
+        assert isinstance(err.value, ValueError) and err.value.errors
+        assert err.value.errors[0]["loc"][-1] == "bits"
+        with pytest.raises(BadRequest, match="max_distance"):
+            writer.range_search("errs", random_words(1, 64, 0), 65)
+        writer.add("errs", random_words(1, 64, 0), [1])
+        with pytest.raises(Conflict, match="id 1"):
+            writer.add("errs", random_words(1, 64, 1), [1])
+        big = 10 + 3 * np.arange(8000)
+        fresh(writer, "huge", 16)
+        writer.add("huge", random_words(8000, 16, 5), big)
+        buf = io.BytesIO()
+        writer.backup("huge", buf)
+        assert len(buf.getvalue()) > MAX_BODY
+        with pytest.raises(PayloadTooLarge):
+            writer.restore("huge2", io.BytesIO(buf.getvalue()))
+
+
+def test_status_table():
+    for status, cls in [(400, BadRequest), (401, Unauthorized), (403, Forbidden),
+                        (404, NotFound), (409, Conflict), (413, PayloadTooLarge),
+                        (415, cl.UnsupportedMediaType), (408, cl.RequestTimeout),
+                        (503, Unavailable), (418, cl.ClientError), (500, cl.ServerError)]:
+        resp = httpx.Response(status, json={"detail": f"says {status}", "errors": []},
+                              headers={"retry-after": "2"})
+        err = cl.error_for(resp, "GET", "/x")
+        assert type(err) is cls and err.status == status and err.detail == f"says {status}"
+        assert isinstance(err, BucketsearchError)
+        assert str(err) == f"GET /x -> {status}: says {status}"
+    err = cl.error_for(httpx.Response(502, text="<html>bad gateway</html>"), "GET", "/x")
+    assert isinstance(err, cl.ServerError) and "bad gateway" in err.detail
+
+
+# ------------------------------------------------------------------------------- retries
+def scripted(answers, seen):
+    """A mock transport answering from ``answers`` in turn (recording each request)."""
+    def handle(request):
+        seen.append((request.method, request.url.path))
+        answer = answers[min(len(seen) - 1, len(answers) - 1)]
+        return answer() if callable(answer) else answer
+    return httpx.MockTransport(handle)
+
+
+def info_answer():
+    return httpx.Response(200, json={"name": "x", "bits": 64})
+
+
+def test_503_waits_retry_after_then_succeeds(monkeypatch):
+    slept, seen = [], []
+    monkeypatch.setattr(cl.time, "sleep", slept.append)
+    busy = httpx.Response(503, json={"detail": "busy"}, headers={"retry-after": "1.5"})
+    with Client("http://t", limits=Limits(), transport=scripted([busy, busy, info_answer], seen)) as c:
+        assert c.index("x")["bits"] == 64
+    assert slept == [1.5, 1.5] and len(seen) == 3
+
+
+def test_503_with_a_long_retry_after_is_raised(monkeypatch):
+    slept, seen = [], []
+    monkeypatch.setattr(cl.time, "sleep", slept.append)
+    busy = httpx.Response(503, json={"detail": "index unavailable"}, headers={"retry-after": "300"})
+    with Client("http://t", limits=Limits(), transport=scripted([busy], seen), retry=Retry(max_retry_after=30)) as c:
+        with pytest.raises(Unavailable) as err:
+            c.index("x")
+    assert err.value.retry_after == 300 and slept == [] and len(seen) == 1
+
+
+def test_writes_are_never_resent_and_upsert_is(monkeypatch):
+    monkeypatch.setattr(cl.time, "sleep", lambda s: None)
+    busy = httpx.Response(503, json={"detail": "busy"}, headers={"retry-after": "0"})
+    ok = httpx.Response(200, json={"inserted": 1, "replaced": 0, "size": 1})
+    seen = []
+
+    def always_busy(request):
+        seen.append((request.method, request.url.path))
+        return info_answer() if request.method == "GET" else busy
+    with Client("http://t", limits=Limits(), transport=httpx.MockTransport(always_busy)) as c:
+        with pytest.raises(Unavailable):
+            c.add("x", random_words(1, 64, 0), [1])
+        with pytest.raises(Unavailable):
+            c.remove("x", [1])
+        with pytest.raises(Unavailable):
+            c.create_index("y", 64)
+        with pytest.raises(Unavailable):
+            c.restore("y", io.BytesIO(b"backup"))
+        with pytest.raises(Unavailable):
+            c.delete_index("y")
+    assert [m for m, _ in seen] == ["GET", "POST", "POST", "POST", "POST", "DELETE"]
+    seen.clear()
+    with Client("http://t", limits=Limits(), transport=scripted([info_answer(), busy, busy, ok], seen)) as c:
+        assert c.upsert("x", random_words(1, 64, 0), [1]) == (1, 0)
+    assert len(seen) == 4
+    seen.clear()
+    bad = httpx.Response(400, json={"detail": "k: bad"})
+    with Client("http://t", limits=Limits(), transport=scripted([info_answer(), bad], seen)) as c:
+        with pytest.raises(BadRequest):
+            c.search("x", random_words(1, 64, 0), 3)
+    assert len(seen) == 2  # a 400 is an answer, not a failure: never retried
+
+
+class DroppingProxy:
+    """A TCP proxy to ``port`` that reads the request of its first ``drop`` connections and
+    closes them unanswered (the server never sees those requests)."""
+
+    def __init__(self, port: int, drop: int):
+        self.port, self.drop, self.connections = port, drop, 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            if self.drop > 0:
+                self.drop -= 1
+                conn.recv(65536)
+                conn.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.sock.close()
+
+
+def test_dropped_connection_read_retried_write_not(server):
+    with Client(server.url, api_key=WRITE_KEY) as direct:
+        fresh(direct, "drops", 64)
+        words = random_words(5, 64, seed=9)
+        direct.add("drops", words, np.arange(5))
+        proxy = DroppingProxy(server.port, drop=0)
+        try:  # "connection: close": one connection per request, so each drop hits one request
+            with Client(proxy.url, api_key=WRITE_KEY, retry=Retry(backoff=0.01),
+                        headers={"connection": "close"}, limits=Limits()) as c:
+                c.index("drops")          # caches the bits (a connection of its own)
+                proxy.drop = 1
+                lims, D, I = c.range_search("drops", words, 0)
+                assert I.tolist() == [0, 1, 2, 3, 4] and proxy.connections == 3
+                proxy.drop = 1
+                with pytest.raises(TransportError):
+                    c.add("drops", random_words(1, 64, seed=10), [99])
+                assert proxy.connections == 4  # one attempt only
+        finally:
+            proxy.close()
+        assert direct.index("drops")["size"] == 5
+        with pytest.raises(MissingItems):
+            direct.get("drops", [99])
+
+
+def test_async_client_gives_what_the_sync_client_gives(server, big):
+    bits, xb, ids, xq = big
+
+    async def main():
+        async with AsyncClient(server.url, api_key=READ_KEY) as c:
+            lims, D, I = await c.range_search("big", xq[:50], 2)
+            Dk, Ik = await c.search("big", xq[:50], 4)
+            codes = await c.get("big", ids[:7], format="words")
+            names = [i["name"] for i in await c.indexes()]
+            return lims, D, I, Dk, Ik, codes, names
+    lims, D, I, Dk, Ik, codes, names = asyncio.run(main())
+    with Client(server.url, api_key=READ_KEY) as c:
+        want = c.range_search("big", xq[:50], 2)
+        assert all(np.array_equal(a, b) for a, b in zip((lims, D, I), want))
+        wd, wi = c.search("big", xq[:50], 4)
+    assert np.array_equal(Dk, wd) and np.array_equal(Ik, wi)
+    assert np.array_equal(codes, xb[:7]) and "big" in names
+
+
+def test_client_arguments_are_checked():
+    with pytest.raises(ValueError, match="wire"):
+        Client(wire="xml")
+    with pytest.raises(ValueError, match="api_key"):
+        Client(api_key="two words")
+    with pytest.raises(ValueError, match="max_batch"):
+        Limits(max_batch=0)
+    with pytest.raises(ValueError, match="attempts"):
+        Retry(attempts=-1)
+
+
+@st.composite
+def csr_results(draw):
+    """Random CSR search results ``(lims, D, I)`` as a server holds them."""
+    counts = draw(st.lists(st.integers(0, 6), min_size=0, max_size=8))
+    n = sum(counts)
+    lims = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=lims[1:])
+    D = np.array(draw(st.lists(st.integers(0, 256), min_size=n, max_size=n)), dtype=np.int32)
+    I = np.array(draw(st.lists(st.integers(0, 2**63 - 1), min_size=n, max_size=n)),
+                 dtype=np.int64)
+    return lims, D, I
+
+
+@settings(max_examples=60, deadline=None)
+@given(csr_results())
+def test_wire_decoders_invert_the_servers_encoders(res):
+    """The client's decoders against the server's own encoders (app/encode.py)."""
+    from bucketsearch.app.encode import results_binary, results_json
+
+    lims, D, I = res
+    answers = [httpx.Response(200, content=results_binary(lims, D, I),
+                              headers={"content-type": "application/octet-stream"}),
+               httpx.Response(200, content=b'{"results":' + results_json(lims, D, I)
+                              + b',"took_ms":0.1}', headers={"content-type": "application/json"})]
+    for resp in answers:
+        got_lims, got_D, got_I, stats = decode_search(resp)
+        assert np.array_equal(got_lims, lims) and np.array_equal(got_D, D)
+        assert np.array_equal(got_I, I) and stats is None
+        assert search_summary(resp.content, resp.headers["content-type"])[0] == len(I)
+    with pytest.raises(ValueError):
+        decode_search(httpx.Response(200, content=answers[0].content[:-1],
+                                     headers={"content-type": "application/octet-stream"}))
+
+
+def test_async_client_waits_retry_after(monkeypatch):
+    slept, seen = [], []
+
+    async def fake_sleep(seconds):
+        slept.append(seconds)
+    monkeypatch.setattr(cl.asyncio, "sleep", fake_sleep)
+    busy = httpx.Response(503, json={"detail": "busy"}, headers={"retry-after": "0.7"})
+
+    async def main():
+        async with AsyncClient("http://t", limits=Limits(), transport=scripted([busy, info_answer], seen)) as c:
+            return await c.index("x")
+    assert asyncio.run(main())["bits"] == 64 and slept == [0.7] and len(seen) == 2
+
+
+def test_ready_and_sample(server, big):
+    bits, xb, ids, _ = big
+    with Client(server.url, api_key=READ_KEY) as c:
+        assert c.ready()["status"] == "ready"
+        got_ids, packed, size = c.sample("big", 50, seed=3)
+        assert size == len(xb) and len(got_ids) == 50 and packed.shape == (50, 2)
+        pos = (got_ids - 10) // 3
+        assert np.array_equal(packed, to_packed(xb[pos], bits))
+
+
+def test_a_split_write_that_fails_says_what_was_written(server, wire):
+    with Client(server.url, api_key=WRITE_KEY, wire=wire) as c:
+        name = f"partial{wire}"
+        fresh(c, name, 64)
+        c.add(name, random_words(1, 64, seed=1), [650])
+        words = random_words(700, 64, seed=2)
+        with pytest.raises(Conflict) as err:
+            c.add(name, words, np.arange(700))     # 3 requests of <= 300; the third clashes
+        assert err.value.acknowledged == 600 and "600 items were written" in str(err.value)
+        assert c.index(name)["size"] == 601
+        assert np.array_equal(c.get(name, np.arange(600), format="words"), words[:600])
+
+
+def test_limits_given_are_lowered_by_a_413(server):
+    """A client told larger limits than the server's is not corrected by /v1/limits but by
+    the 413 that names max_batch; nothing of the refused request was written."""
+    with Client(server.url, api_key=WRITE_KEY, limits=Limits(max_batch=10_000)) as c:
+        fresh(c, "given", 64)
+        assert c.add("given", random_words(700, 64, seed=4), np.arange(700)) == 700
+        assert c.limits.max_batch == MAX_BATCH and c.limits.max_results == 5_000_000
+        assert c.index("given")["size"] == 700
