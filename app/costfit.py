@@ -1,27 +1,41 @@
-"""Per-index cost bookkeeping: per-radius latency histograms and the t0 fit (pure, no I/O).
+"""Per-index cost bookkeeping of the server: per-radius histograms and counters of every search,
+and the cost model's estimates of them (pure, no I/O). Every formula is in
+:mod:`index.costmodel`; this module only collects the samples and names their source.
 
-* ``t0`` (RAMAP's cost of one probe, Jiang, Li & Li): least squares through the origin of the
-  measured per-radius lookup time against the probes of that radius,
-  ``t0 = sum_j p_j t_j / sum_j p_j^2`` over every (query, radius) sample of every search since
-  start (running sums, so exact over all of them; the formula of ``index.costmodel.fit_t0``,
-  which fits calibration samples).
-* the extended model: ``index.costmodel.fit_extended`` on the stats of the most recent searches
-  (a bounded buffer of ``EXTENDED_BUFFER_ROWS`` queries).
+Per radius ``r`` (a :class:`RadiusRecord`, over the queries that reached r since the server
+started): log-spaced histograms of ``T(r)`` (the radius's own in-kernel lookup time) and of
+``T(R)`` (the query's cumulative lookup time up to r), their sums, the probes, empty buckets and
+items, and ``empty_ball`` (queries whose ball up to r held no item of the main table: the
+delta segment, scanned linearly, has no per-radius counters). The histograms have
+``SUB_BUCKETS`` buckets per power of two (about 4.4% relative resolution); a quantile is the
+upper bound of the bucket holding it.
 
-Latencies go into log-spaced histograms (``SUB_BUCKETS`` buckets per power of two, about 4.4%
-relative resolution), recorded with numpy in one call per search; quantiles are read from them
-and the Prometheus collector exposes them as histograms with power-of-two boundaries.
+Estimates (each named, :mod:`index.costmodel`):
+
+* ``radius_fit`` and ``query_model`` over the most recent ``EXTENDED_BUFFER_ROWS`` queries,
+  refit when ``GET .../cost-model`` or a ``/metrics`` scrape finds new searches (about 0.1 s
+  for a full buffer on the 2-core machine); a search's ``modeled_ns`` uses the last fit, so no
+  search pays for a refit;
+* a calibration (:func:`calibrate`): sampled queries searched at every radius 0..R, then
+  :func:`index.costmodel.fit_all` with the ``microbenchmark`` of the single table.
+
+The t0 the server models with (``modeled_ns`` in search stats, the per-radius paper columns) is
+the calibration's ``radius_fit`` when there is one, else the observed ``radius_fit``.
 """
 from __future__ import annotations
 
 import math
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bucketsearch.index.costmodel import fit_extended, fit_paper_model, fit_t0
+from bucketsearch.index.costmodel import (RADIUS_FIT, CostSamples, T0Estimate, fit_all,
+                                          fit_query_model, measured_row, paper_columns,
+                                          probe_microbenchmark, radius_fit, t0_agreement,
+                                          t0_from_query_model, t0_radius_fit)
 from bucketsearch.index.probe import SearchStats
 
 SUB_BUCKETS = 16  # per octave
@@ -29,6 +43,8 @@ OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
 N_BUCKETS = SUB_BUCKETS * OCTAVES + 1
 EXTENDED_BUFFER_ROWS = 20_000
 MAX_PENDING = 1024  # queued searches folded in by the request that exceeds this
+OBSERVED = "observed searches"
+CALIBRATION = "calibration"
 
 
 def bucket_of(ns: np.ndarray) -> np.ndarray:
@@ -41,20 +57,90 @@ def bucket_upper_ns(b: np.ndarray | int) -> np.ndarray:
     return 2.0 ** ((np.asarray(b, dtype=np.float64) + 1) / SUB_BUCKETS)
 
 
+def _zeros():
+    return np.zeros(N_BUCKETS, dtype=np.int64)
+
+
+def histogram_quantile(counts: np.ndarray, n: int, q: float) -> float | None:
+    """Upper bound of the bucket holding the ``ceil(q n)``-th smallest value (None: empty)."""
+    if n == 0:
+        return None
+    rank = max(int(math.ceil(q * n)), 1)
+    return float(bucket_upper_ns(int(np.searchsorted(np.cumsum(counts), rank))))
+
+
 @dataclass
 class RadiusRecord:
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(N_BUCKETS, dtype=np.int64))
-    n: int = 0
-    sum_ns: float = 0.0
+    """Everything the server keeps of one radius (see the module docstring); the first five
+    fields are what the Prometheus series of radius r were built from before."""
+
+    counts: np.ndarray = field(default_factory=_zeros)      # histogram of T(r)
+    n: int = 0                                              # queries that reached r
+    sum_ns: float = 0.0                                     # sum of T(r)
     probes_total: int = 0
     empty_total: int = 0
+    cum_counts: np.ndarray = field(default_factory=_zeros)  # histogram of T(R), R = r
+    cum_sum_ns: float = 0.0
+    items_total: int = 0
+    empty_ball: int = 0                                     # queries with no item up to r
+
+    ADDITIVE = ("counts", "n", "sum_ns", "probes_total", "empty_total", "cum_counts",
+                "cum_sum_ns", "items_total", "empty_ball")
 
     def quantile(self, q: float) -> float | None:
-        if self.n == 0:
-            return None
-        rank = max(int(math.ceil(q * self.n)), 1)
-        b = int(np.searchsorted(np.cumsum(self.counts), rank))
-        return float(bucket_upper_ns(b))
+        return histogram_quantile(self.counts, self.n, q)
+
+    def cumulative_quantile(self, q: float) -> float | None:
+        return histogram_quantile(self.cum_counts, self.n, q)
+
+    def copy(self) -> RadiusRecord:
+        return RadiusRecord(**{f: (getattr(self, f).copy() if f.endswith("counts")
+                                   else getattr(self, f)) for f in self.ADDITIVE})
+
+    def add(self, other: RadiusRecord) -> RadiusRecord:
+        """``self += other`` field by field (the records of two workers or two radii)."""
+        for f in self.ADDITIVE:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        return self
+
+    def to_json(self) -> dict:
+        """JSON form (histograms sparse: ``[[bucket, count], ...]``)."""
+        out = {f: (float(getattr(self, f)) if f.endswith("_ns") else int(getattr(self, f)))
+               for f in self.ADDITIVE if not f.endswith("counts")}
+        for f in ("counts", "cum_counts"):
+            arr = getattr(self, f)
+            out[f] = [[int(b), int(arr[b])] for b in arr.nonzero()[0]]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> RadiusRecord:
+        rec = cls(**{f: data.get(f, 0) for f in cls.ADDITIVE if not f.endswith("counts")})
+        for f in ("counts", "cum_counts"):
+            for b, c in data.get(f, ()):
+                getattr(rec, f)[b] += c
+        return rec
+
+    def summary(self, cumulative: bool = False) -> dict:
+        """``{count, p50_ns, p90_ns, p99_ns, mean_ns}`` of ``T(r)`` (or of ``T(R)``)."""
+        q = self.cumulative_quantile if cumulative else self.quantile
+        total = self.cum_sum_ns if cumulative else self.sum_ns
+        return {"count": self.n, "p50_ns": q(0.5), "p90_ns": q(0.9), "p99_ns": q(0.99),
+                "mean_ns": total / self.n if self.n else None}
+
+
+def live_rows(records: dict[int, RadiusRecord], bits: int, t0: float | None) -> list[dict]:
+    """Per radius the measured row of the records and the paper's columns
+    (:func:`index.costmodel.paper_columns`), plus ``modeled_ns = t0 x mean probes``."""
+    rows = []
+    for r, rec in sorted(records.items()):
+        if not rec.n:
+            continue
+        probes = rec.probes_total / rec.n
+        row = measured_row(r, rec.n, probes, rec.summary(), rec.summary(cumulative=True),
+                           rec.empty_total / rec.n, rec.empty_ball)
+        row["modeled_ns"] = t0 * probes if t0 is not None else None
+        rows.append(row)
+    return paper_columns(rows, bits, t0)
 
 
 class CostTracker:
@@ -64,14 +150,15 @@ class CostTracker:
         self.bits = bits
         self._lock = threading.Lock()
         self.radii: dict[int, RadiusRecord] = {}
-        self._pt = 0.0  # sum p * t
-        self._pp = 0.0  # sum p^2
         self._samples = 0
+        self.queries = 0
         self._pending: deque = deque()  # SearchStats not yet folded in (see drain)
-        self._recent: list = []  # recent SearchStats for the extended model
+        self._recent: list = []  # recent SearchStats for the query model
         self._recent_rows = 0
         self.calibrated_t0: float | None = None
         self.calibration: dict | None = None
+        self._folds = 0  # batches folded in: the cached fits are of this many
+        self._fits_cache: tuple[int, tuple] | None = None  # (folds, fits)
 
     def observe(self, st) -> None:
         """Queue a :class:`index.probe.SearchStats` (O(1): the request does not pay for the
@@ -94,21 +181,27 @@ class CostTracker:
     def _fold(self, batch: list) -> None:
         st = SearchStats.concat(batch) if len(batch) > 1 else batch[0]
         radii = np.asarray(st.radii)
+        cum_ns = np.cumsum(st.lookup_ns, axis=1)
+        cum_items = np.cumsum(st.items, axis=1)
+        self.queries += int((radii > 0).sum())
         for r in range(st.probes.shape[1]):
             reached = radii > r
             if not reached.any():
                 continue
             t = st.lookup_ns[reached, r].astype(np.float64)
-            p = st.probes[reached, r].astype(np.float64)
-            self._pt += float(p @ t)
-            self._pp += float(p @ p)
+            cum = cum_ns[reached, r].astype(np.float64)
             self._samples += len(t)
             rec = self.radii.setdefault(r, RadiusRecord())
             rec.counts += np.bincount(bucket_of(t), minlength=N_BUCKETS)
+            rec.cum_counts += np.bincount(bucket_of(cum), minlength=N_BUCKETS)
             rec.n += len(t)
             rec.sum_ns += float(t.sum())
+            rec.cum_sum_ns += float(cum.sum())
             rec.probes_total += int(st.probes[reached, r].sum())
             rec.empty_total += int(st.empty_buckets[reached, r].sum())
+            rec.items_total += int(st.items[reached, r].sum())
+            rec.empty_ball += int((cum_items[reached, r] == 0).sum())
+        self._folds += 1
         for one in batch:
             self._recent.append(one)
             self._recent_rows += len(one.radii)
@@ -120,40 +213,81 @@ class CostTracker:
             self.calibrated_t0 = t0
             self.calibration = info
 
-    def t0(self) -> tuple[float | None, str | None]:
-        """The t0 to model with: the last calibration, else the fit over observed searches."""
-        if self.calibrated_t0 is not None:
-            return self.calibrated_t0, "calibration"
-        if self._pending:
-            self.drain()
-        if self._pp > 0:
-            return self._pt / self._pp, "observed searches"
-        return None, None
-
-    def extended(self) -> dict | None:
-        """``index.costmodel.fit_extended`` over the recent searches (None before any)."""
+    def _observed(self, refit: bool = True) -> tuple:
+        """``(radius_fit, query_model)`` over the recent searches (the model None before any),
+        refit when searches were folded in since (``refit``) or when there is no fit yet."""
         self.drain()
         with self._lock:
-            recent = list(self._recent)
-        if not recent:
+            folds, recent, cached = self._folds, list(self._recent), self._fits_cache
+        if cached is not None and (cached[0] == folds or not refit):
+            return cached[1]
+        if recent:
+            samples = CostSamples.from_stats(recent)
+            fits = (t0_radius_fit(samples), fit_query_model(samples))
+        else:
+            fits = (radius_fit([], []), None)
+        with self._lock:
+            self._fits_cache = (folds, fits)
+        return fits
+
+    def observed_t0(self) -> T0Estimate:
+        """``radius_fit`` over the recent searches."""
+        return self._observed()[0]
+
+    def observed_query_model(self):
+        """``query_model`` over the recent searches (None before any)."""
+        return self._observed()[1]
+
+    def t0(self, refit: bool = False) -> tuple[float | None, str | None]:
+        """The t0 to model with: the last calibration's ``radius_fit``, else the observed one
+        (the last fit; ``refit``: refit first if new searches came in)."""
+        if self.calibrated_t0 is not None:
+            return self.calibrated_t0, CALIBRATION
+        t0 = self._observed(refit)[0].t0_ns
+        return (t0, OBSERVED) if t0 is not None else (None, None)
+
+    def extended(self) -> dict | None:
+        """The query model to show: the calibration's when there is one, else the observed
+        one; ``source`` says which (None before any search or calibration)."""
+        cal = self.calibration
+        if cal is not None and cal.get("fits"):
+            return {**cal["fits"]["query_model"],
+                    "source": f"{CALIBRATION}: {cal['queries']} sampled queries at radii "
+                              f"0..{cal['max_distance']}"}
+        model = self.observed_query_model()
+        if model is None:
             return None
-        st = type(recent[0]).concat(recent)
-        model = fit_extended(st)
-        out = model.to_dict()
-        out["source"] = (f"bucketsearch.index.costmodel.fit_extended over the last "
-                         f"{len(st.radii)} queries")
+        return {**model.to_dict(),
+                "source": f"{OBSERVED}: the last {model.fit.samples} queries"}
+
+    def estimates(self) -> list[dict]:
+        """Every t0 estimate with its ``source``: the observed ``radius_fit`` and
+        ``query_model.probes``, then the calibration's."""
+        out = [{**self.observed_t0().to_dict(), "source": OBSERVED}]
+        model = self.observed_query_model()
+        if model is not None:
+            out.append({**t0_from_query_model(model).to_dict(), "source": OBSERVED})
+        cal = self.calibration
+        if cal is not None and cal.get("fits"):
+            out += [{**e, "source": CALIBRATION} for e in cal["fits"]["t0"]]
         return out
 
     def snapshot(self) -> dict[int, RadiusRecord]:
         self.drain()
         with self._lock:
-            return {r: RadiusRecord(rec.counts.copy(), rec.n, rec.sum_ns, rec.probes_total,
-                                    rec.empty_total) for r, rec in self.radii.items()}
+            return {r: rec.copy() for r, rec in self.radii.items()}
 
     @property
     def samples(self) -> int:
         self.drain()
         return self._samples
+
+
+def agreement(estimates: list[dict]) -> dict:
+    """:func:`index.costmodel.t0_agreement` of estimate dicts (named ``source/estimator``)."""
+    return t0_agreement([T0Estimate(f"{e['source']}/{e['estimator']}", e["t0_ns"],
+                                    tuple(e["ci_ns"]) if e["ci_ns"] else None, e["samples"],
+                                    e["formula"]) for e in estimates])
 
 
 def sample_queries(live, n: int, seed: int) -> np.ndarray:
@@ -173,30 +307,50 @@ def sample_queries(live, n: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
+def microbenchmark_table(main):
+    """The single bucket table of an engine (single, or the planner's), else None (MIH)."""
+    table = getattr(main, "table", None)
+    if table is None and getattr(main, "single", None) is not None:
+        table = main.single.table
+    return table
+
+
+def calibration_probes(main, radius: int) -> int:
+    """Probes of one sampled query of a calibration: radius-r searches for r = 0..radius."""
+    return sum(main.probe_count(r) for r in range(radius + 1))
+
+
 def calibrate(live, tracker: CostTracker, n_queries: int, radius: int,
               seed: int = 0) -> float | None:
-    """Fit t0 on sampled radius-``radius`` searches of the main table and store it.
-
-    Single-table indexes use ``index.costmodel.fit_paper_model`` (t0, R^2 and relative errors of
-    the cumulative model ``t0 * sum_{r<=R} C(Q, r)``); other modes fit t0 on the probes their
-    stats report (substring probes for multi-index hashing)."""
-    import time
-
+    """Search ``n_queries`` sampled queries (:func:`sample_queries`) of the main table at every
+    radius 0..``radius`` (so the per-probe cost can be told from the fixed cost per query), run
+    the probe micro-benchmark of its single table (not for multi-index hashing), and store
+    :func:`index.costmodel.fit_all` of them; returns the ``radius_fit`` t0 (now the t0 the
+    server models with)."""
     xq = sample_queries(live, n_queries, seed)
     main = live.state.main
-    st = main.range_search(xq, radius, stats=True)[3]
-    info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time()}
-    if getattr(main, "kind", "") == "single":
-        paper = fit_paper_model(st, live.bits, radius)
-        t0 = paper.t0_ns
-        info["paper_model"] = {"r2": _finite(paper.r2), "max_rel_error":
-                               _finite(paper.max_rel_error)}
-    else:
-        valid = np.arange(st.probes.shape[1])[None, :] < st.radii[:, None]
-        t0 = fit_t0(st.probes[valid], st.lookup_ns[valid]) or None
+    stats = [main.range_search(xq, r, stats=True)[3] for r in range(radius + 1)]
+    table = microbenchmark_table(main)
+    bench = probe_microbenchmark(table, seed=seed) if table is not None and table.ntotal \
+        else None
+    fits = json_safe(fit_all(CostSamples.from_stats(stats), live.bits, microbenchmark=bench))
+    info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time(),
+            "estimator": RADIUS_FIT, "fits": fits}
+    t0 = fits["t0_ns"]
     tracker.set_calibration(t0, info)
     return t0
 
 
-def _finite(x):
-    return None if x is None or not math.isfinite(x) else float(x)
+def json_safe(value):
+    """``value`` with every non-finite float made None and numpy scalars Python numbers."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value

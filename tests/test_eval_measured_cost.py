@@ -1,18 +1,17 @@
 """Issue 18 items 4-5: ``auto`` is the default mode of a served index, and ``bucketsearch eval
 --measured-cost`` reads a list of times, the server's ``/cost-model`` JSON and the load-test JSON,
-needing only the radii 0..--radius-max."""
+needing only the radii 0..--radius-max. Issue 12: from both JSONs ``T(R)`` is the cost model's
+``radii[R].measured_cumulative.p50_ns`` (the p50 of each query's T(R), not a sum of per-ring
+p50s); the shapes before issue 12 are refused with a message."""
 from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
+from helpers import app_client
 
-from bucketsearch.app.main import create_app
-from bucketsearch.app.settings import Settings
 from bucketsearch.cli import main
 from bucketsearch.index.codes import pack_bits, to_hex
 from bucketsearch.loadtest.report import build_report
@@ -88,13 +87,7 @@ def test_unknown_json_shape_is_refused(files, capsys):
 # -- (b) the server's cost-model JSON; the default mode ---------------------------------------
 @pytest.fixture(scope="module")
 def server_client(tmp_path_factory):
-    data = tmp_path_factory.mktemp("srv") / "data"
-    app = create_app(Settings(data_dir=str(data), warmup=False, calibration_queries=0))
-    with TestClient(app) as c:
-        deadline = time.monotonic() + 120
-        while c.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "server never became ready"
-            time.sleep(0.05)
+    with app_client(tmp_path_factory.mktemp("srv") / "data") as c:
         yield c
 
 
@@ -133,37 +126,49 @@ def test_server_cost_model_json(server_client, files, capsys):
 
     rc, res = _eval(files, path, 2, "server")
     assert rc == 0
-    rings = [x["measured"]["p50_ns"] for x in model["radii"]]
-    expected_t = np.cumsum(rings).tolist()  # per-ring p50 summed over rings 0..r
+    # T(R): the p50 over queries of each query's cumulative lookup time (not a sum of p50s)
+    expected_t = [x["measured_cumulative"]["p50_ns"] for x in model["radii"]]
+    assert expected_t[0] < expected_t[1] < expected_t[2]
     assert res["measured_cost"]["T"] == pytest.approx(expected_t)
     assert "from the server's cost-model of index 'cm'" in res["measured_cost"]["source"]
     r = res["radius"]
     assert r["ramap_measured"] == pytest.approx(_expected_ramap(r["precision_macro"],
                                                                 expected_t))
     out = capsys.readouterr().out
-    assert "measured p50 lookup ns per radius from the server's cost-model" in out
+    assert "measured p50 of T(R) (per-query lookup ns of the ball up to R) from the server's" \
+        in out
 
     # radius 3 was never measured: the error names it and the radius-max that would work
     assert _eval(files, path, 3, "server3")[0] == 2
     err = capsys.readouterr().err
     assert "no measured value for radius 3" in err and "--radius-max 2" in err
 
+    # the shape before issue 12 (per-ring p50s only) is refused, saying why
+    old = {"index": "cm", "radii": [{"radius": x["radius"], "measured": x["measured"]}
+                                    for x in model["radii"]]}
+    path.write_text(json.dumps(old))
+    assert _eval(files, path, 2, "server-old")[0] == 2
+    err = capsys.readouterr().err
+    assert "has no measured_cumulative per radius" in err and "before issue 12" in err
+
 
 # -- (c) the load-test JSON ---------------------------------------------------------------------
-def _loadtest_report() -> dict:
+def _loadtest_report(stats: bool = True) -> dict:
+    """Radius classes 0..3 of 20 queries each; ring j of every query takes 1000 (j + 1) ns, so
+    each query's T(R) is 1, 3, 6, 10 us whatever its class."""
     records = []
     for radius in range(4):
-        rings = tuple((math.comb(64, j), math.comb(64, j) - (j == 0), 1_000 * (j + 1))
-                      for j in range(radius + 1))
-        lookup = sum(ring[2] for ring in rings)
-        server = [QueryStats(sum(ring[0] for ring in rings), 1, 0, 1, lookup, rings=rings)]
+        rings = [{"radius": j, "probes": math.comb(64, j), "nonempty_buckets": int(j == 0),
+                  "empty_buckets": math.comb(64, j) - (j == 0), "items": int(j == 0),
+                  "lookup_ns": 1_000 * (j + 1)} for j in range(radius + 1)]
+        server = [QueryStats.from_server(rings)] if stats else None
         for i in range(20):
             t = i * 100_000
             records.append(RequestResult(f"r{radius}", radius, None, 1, t, t, t,
                                          t + 50_000, 200, None, 0, server))
-    stats = LoadStats().add_all(records)
-    return build_report(stats, {"mode": "open", "rate": 100.0, "index": "x", "batch": 1}, 64,
-                        {"t0_ns": 5.0})
+    stats_ = LoadStats().add_all(records)
+    return build_report(stats_, {"mode": "open", "rate": 100.0, "index": "x", "batch": 1,
+                                 "stats": stats}, 64, {"t0_ns": 5.0})
 
 
 def test_loadtest_json(files, capsys):
@@ -172,16 +177,29 @@ def test_loadtest_json(files, capsys):
     path.write_text(json.dumps(report))
     rc, res = _eval(files, path, 3, "load")
     assert rc == 0
-    expected_t = [e["server_lookup_ns"]["p50"] for e in report["per_radius"]]
+    expected_t = [x["measured_cumulative"]["p50_ns"] for x in report["model"]["radii"]]
+    # the p50 of each query's lookup time of the ball up to R: 1, 3, 6, 10 us exactly
+    assert expected_t == [1_000, 3_000, 6_000, 10_000]
     assert res["measured_cost"]["T"] == pytest.approx(expected_t)
-    # the report's p50 is of the lookup summed over rings 0..R: 1, 3, 6, 10 us (histogram
-    # precision aside), so it is used as it is, not summed again
-    assert expected_t == pytest.approx([1_000, 3_000, 6_000, 10_000], rel=0.01)
     r = res["radius"]
     assert r["ramap_measured"] == pytest.approx(_expected_ramap(r["precision_macro"],
                                                                 expected_t))
-    assert "from the load-test report" in capsys.readouterr().out
+    assert "from the load-test report's cost model (80 sampled queries)" in \
+        capsys.readouterr().out
     # the default radius-max (min(Q, 10) = 10) needs radius 4: named in the error
     assert _eval(files, path, None, "load10")[0] == 2
     err = capsys.readouterr().err
     assert "no measured value for radius 4, 5, 6, 7, 8, 9, 10" in err and "--radius-max 3" in err
+
+
+def test_loadtest_json_without_stats_or_of_the_old_shape_is_refused(files, capsys):
+    path = files["dir"] / "loadtest-nostats.json"
+    path.write_text(json.dumps(_loadtest_report(stats=False)))
+    assert _eval(files, path, 2, "nostats")[0] == 2
+    err = capsys.readouterr().err
+    assert "has no server timings" in err and "--no-stats" in err
+    old = _loadtest_report()
+    old["model"] = {"available": True, "t0_ns": 5.0, "paper_fit": {}, "extended_fit": {}}
+    path.write_text(json.dumps(old))
+    assert _eval(files, path, 2, "oldshape")[0] == 2
+    assert "shape before issue 12" in capsys.readouterr().err

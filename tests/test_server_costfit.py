@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from bucketsearch.app.costfit import CostTracker, bucket_of, bucket_upper_ns
+from bucketsearch.app.costfit import CostTracker, RadiusRecord, bucket_of, bucket_upper_ns
 from bucketsearch.index.probe import SearchStats
 
 
@@ -76,3 +76,40 @@ def test_concurrent_observers_lose_nothing():
     rec = tracker.snapshot()
     assert rec[0].n == rec[1].n == 2000 and rec[1].probes_total == 2000 * 16
     assert tracker.samples == 4000
+
+
+def test_cumulative_histogram_empty_balls_and_items():
+    """Per radius: T(R) = the query's lookup_ns summed up to R; empty_ball counts the queries
+    with no item up to R; the observed t0 interval is the radius_fit's."""
+    tracker = CostTracker(64)
+    lookup = [[100, 6400, 0], [120, 7000, 200_000], [90, 0, 0]]
+    items = [[0, 0, 0], [0, 2, 5], [1, 0, 0]]
+    st = _stats(lookup_ns=lookup, probes=[[1, 64, 0], [1, 64, 2016], [1, 0, 0]],
+                radii=[2, 3, 1])
+    st.items = np.asarray(items)
+    tracker.observe(st)
+    rec = tracker.snapshot()
+    assert [rec[r].empty_ball for r in range(3)] == [2, 1, 0]
+    assert [rec[r].items_total for r in range(3)] == [1, 2, 5]
+    assert rec[1].cum_sum_ns == 6500 + 7120 and rec[2].cum_sum_ns == 207_120
+    assert bucket_of(np.array([207_120]))[0] == np.flatnonzero(rec[2].cum_counts)[0]
+    # the quantile is the upper bound of the bucket of the rank-th value (here: the larger)
+    assert rec[1].cumulative_quantile(0.99) == bucket_upper_ns(bucket_of(np.array([7120]))[0])
+    assert tracker.queries == 3
+    est = tracker.observed_t0()
+    assert est.estimator == "radius_fit" and est.samples == 6
+    assert est.ci_ns[0] < est.t0_ns < est.ci_ns[1]
+
+
+def test_records_copy_add_and_json_round_trip():
+    tracker = CostTracker(16)
+    st = _stats(lookup_ns=[[50, 500], [70, 900]], probes=[[1, 16], [1, 16]], radii=[2, 2])
+    tracker.observe(st)
+    rec = tracker.snapshot()[1]
+    again = RadiusRecord.from_json(rec.to_json())
+    for f in RadiusRecord.ADDITIVE:
+        assert np.array_equal(getattr(again, f), getattr(rec, f)), f
+    total = rec.copy().add(again)
+    assert total.n == 2 * rec.n and total.empty_ball == 2 * rec.empty_ball
+    assert np.array_equal(total.cum_counts, 2 * rec.cum_counts)
+    assert rec.n == 2  # the copy was added to, not the record

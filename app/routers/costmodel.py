@@ -1,13 +1,15 @@
-"""The cost model of one index: calibrated t0, extended model, per-radius modeled vs measured."""
+"""The cost model of one index, live: the t0 estimates (each named), the per-query extended
+model, per radius measured T(r) and T(R) beside the paper's model, and the verdicts; all from
+:mod:`app.costfit` (bookkeeping) and :mod:`index.costmodel` (formulas)."""
 from __future__ import annotations
-
-import math
 
 from fastapi import APIRouter
 
-from bucketsearch.app.costfit import _finite, calibrate
+from bucketsearch.app.costfit import (CALIBRATION, agreement, calibrate, calibration_probes,
+                                      json_safe, live_rows)
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
 from bucketsearch.app.schemas import CalibrateIn, CostModelOut, error_responses
+from bucketsearch.index.costmodel import HOLDS_FACTOR, RADIUS_FIT
 
 router = APIRouter(prefix="/v1/indexes", tags=["cost model"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 503))
@@ -15,48 +17,55 @@ router = APIRouter(prefix="/v1/indexes", tags=["cost model"],
 
 def cost_model_out(entry) -> dict:
     tracker = entry.cost
-    t0, source = tracker.t0()
+    observed = tracker.observed_t0()  # refits first: t0() below then reads the same fit
+    t0, source = tracker.t0(refit=True)
     ext = tracker.extended()
-    records = tracker.snapshot()
-    radii = []
-    for r in sorted(records):
-        rec = records[r]
-        probes = rec.probes_total / rec.n if rec.n else 0.0  # mean probes of one query
-        radii.append({
-            "radius": r, "probes": probes, "paper_probes": math.comb(entry.bits, r),
-            "cumulative_paper_probes": sum(math.comb(entry.bits, i) for i in range(r + 1)),
-            "modeled_ns": t0 * probes if t0 is not None else None,
-            "measured": {"count": rec.n, "p50_ns": rec.quantile(0.5),
-                         "p90_ns": rec.quantile(0.9), "p99_ns": rec.quantile(0.99),
-                         "mean_ns": rec.sum_ns / rec.n if rec.n else None}})
-    return {
+    estimates = tracker.estimates()
+    rows = live_rows(tracker.snapshot(), entry.bits, t0)
+    judged = [r for r in rows if r["paper_holds"] is not None]
+    cal = tracker.calibration
+    used = cal["fits"]["t0"][0] if source == CALIBRATION and cal and cal.get("fits") \
+        else observed.to_dict()
+    return json_safe({
         "index": entry.name, "bits": entry.bits, "t0_ns": t0, "t0_source": source,
-        "t0_samples": tracker.samples, "calibration": tracker.calibration,
-        "extended_model": None if ext is None else {
-            **ext, "r2": _finite(ext["r2"]), "max_rel_error": _finite(ext["max_rel_error"]),
-            "rel_error": [_finite(e) for e in ext["rel_error"]], "terms": list(ext["terms"])},
-        "radii": radii,
-    }
+        "t0_estimator": RADIUS_FIT if t0 is not None else None,
+        "t0_ci_ns": used["ci_ns"] if t0 is not None else None,
+        "t0_samples": tracker.samples, "queries": tracker.queries,
+        "calibration": cal, "estimates": estimates, "extended_model": ext, "radii": rows,
+        "verdicts": {
+            "t0_agreement": agreement(estimates),
+            "paper_model": {
+                "rule": f"holds at R when 1/{HOLDS_FACTOR:g} <= t0 sum_(i<=R) C(Q, i) / "
+                        f"T(R)_p50 <= {HOLDS_FACTOR:g} (t0: {RADIUS_FIT}, {source})",
+                "holds_at": [r["radius"] for r in judged if r["paper_holds"]],
+                "fails_at": [r["radius"] for r in judged if not r["paper_holds"]]}},
+    })
 
 
 @router.get("/{name}/cost-model", response_model=CostModelOut, dependencies=[ReadAuth])
 def get_cost_model(entry: EntryDep) -> dict:
-    """t0 (least squares through the origin of per-radius lookup_ns against probes), the
-    extended model, and per radius the probes, modeled cost and measured latency distribution
-    over every search since the server started."""
+    """Every t0 estimate, named by its estimator and source (``radius_fit``: least squares
+    through the origin of per-radius lookup_ns on probes; ``microbenchmark``; the query
+    model's per-probe term), the per-query extended model (fixed, per probe, per item, per
+    candidate; unidentified terms reported and left out), and per radius over every search
+    since the server started: measured T(r) and cumulative T(R) (p50, p90, p99), t0 C(Q, r) and
+    its cumulative sum, T(R)/T(0) beside sum_{i<=R} C(Q, i), mean empty buckets, queries and
+    empty_ball_queries (queries whose ball up to R held no item)."""
     return cost_model_out(entry)
 
 
 @router.post("/{name}/cost-model/calibrate", response_model=CostModelOut,
              dependencies=[WriteAuth])
 def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) -> dict:
-    """Run sampled queries (half codes of the index, half uniform random codes) at radius
-    ``max_distance`` and refit t0 from their per-radius timings."""
+    """Run sampled queries (half codes of the index, half uniform random codes) at every radius
+    0..``max_distance``, time the probes of the single table apart (micro-benchmark), and refit
+    every estimate from them (:func:`index.costmodel.fit_all`)."""
     entry.live.check_radius(body.max_distance)
-    per_query = entry.live.state.main.probe_count(body.max_distance)
+    per_query = calibration_probes(entry.live.state.main, body.max_distance)
     if body.queries * per_query > settings.max_request_probes:
-        raise ValueError(f"queries: {body.queries} x {per_query:,} probes exceeds "
-                         f"max_request_probes={settings.max_request_probes:,}; use fewer "
-                         "queries or a smaller max_distance")
+        raise ValueError(f"queries: {body.queries} x {per_query:,} probes (radii 0.."
+                         f"{body.max_distance}) exceeds max_request_probes="
+                         f"{settings.max_request_probes:,}; use fewer queries or a smaller "
+                         "max_distance")
     calibrate(entry.live, entry.cost, body.queries, body.max_distance, body.seed)
     return cost_model_out(entry)
