@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 HELP = "serve indexes over HTTP (FastAPI + uvicorn)"
@@ -13,7 +14,10 @@ EPILOG = """examples:
 Settings come from BUCKETSEARCH_* environment variables (see app/settings.py and the README's
 "Limits" and "Auth" sections; an unknown BUCKETSEARCH_* name is reported at startup); the flags
 below override them. With --workers > 1 every worker is read-only (writes need one process
-owning the write-ahead log) and snapshot arrays are memory-mapped so the workers share them."""
+owning the write-ahead log) and snapshot arrays are memory-mapped so the workers share them.
+/metrics then sums every worker's series (prometheus-client's multiprocess mode): the workers
+keep their metric files in PROMETHEUS_MULTIPROC_DIR, wiped at start, or, when it is unset, in
+a temporary directory removed when the server stops."""
 
 
 def add_arguments(parser) -> None:
@@ -23,10 +27,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes (>1 implies read-only and mmap)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
+                        help="no line per request (the start-up, merge and error lines stay)")
 
 
 def run(args) -> int:
     import uvicorn
+
+    from bucketsearch.app import workermetrics
 
     if args.workers < 1:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
@@ -40,6 +48,19 @@ def run(args) -> int:
     # printed here, before uvicorn starts; create_app (in this process) does not repeat it
     warn_unknown_env(emit=lambda warning: print(f"warning: {warning}", file=sys.stderr,
                                                 flush=True))
-    uvicorn.run("bucketsearch.app.main:create_app", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, timeout_graceful_shutdown=10)
+    metrics_dir, created = None, False
+    if args.workers > 1 or os.environ.get(workermetrics.ENV):
+        # before uvicorn starts the workers, which inherit it (app.workermetrics)
+        metrics_dir, created = workermetrics.prepare_dir(os.environ.get(workermetrics.ENV))
+        os.environ[workermetrics.ENV] = str(metrics_dir)
+        print(f"metrics: /metrics sums the series of the {args.workers} worker"
+              f"{'s' if args.workers > 1 else ''} ({workermetrics.ENV}={metrics_dir})",
+              file=sys.stderr, flush=True)
+    try:
+        uvicorn.run("bucketsearch.app.main:create_app", factory=True, host=args.host,
+                    port=args.port, workers=args.workers, log_level=args.log_level,
+                    access_log=args.access_log, timeout_graceful_shutdown=10)
+    finally:
+        if created:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0

@@ -20,7 +20,8 @@ from bucketsearch.app.guard import AccessPolicy, Guard
 from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
 from bucketsearch.app.registry import Registry
-from bucketsearch.app.routers import costmodel, evaluate, health, indexes, sample, search
+from bucketsearch.app.routers import (costmodel, dashboard, evaluate, health, indexes, sample,
+                                      search, ui)
 from bucketsearch.app.settings import Settings, warn_unknown_env
 from bucketsearch.app.startup import start_up
 
@@ -52,11 +53,12 @@ async def lifespan(app: FastAPI):
     finally:
         app.state.ready = False
         await run_in_threadpool(loader.join)
+        await run_in_threadpool(app.state.metrics.close)  # a worker's last figures
         await run_in_threadpool(app.state.registry.close)
 
 
 ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router,
-           sample.router)
+           sample.router, dashboard.router, ui.router)
 
 
 def access_policy(app: FastAPI) -> AccessPolicy:

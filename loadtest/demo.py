@@ -11,9 +11,13 @@ Steps (each printed as it runs):
 4. run the load test: (a) an open loop with Poisson arrivals over radii 0..3 and 1-NN, for the
    measured-vs-modeled table; (b) a closed loop of radius-1 single queries at
    ``--concurrency`` (what the server sustains); (c) an open loop of radius-1 single queries at
-   ``--rate`` (default 80% of (b)'s rate: latencies of a server that keeps up);
+   ``--rate``, by default a rate both sides keep up with (:func:`choose_rate`): 80% of (b)'s
+   rate, lowered until a short open-loop probe at that rate raises none of the load tester's
+   saturation warnings (client CPU, scheduler lag, send-rate shortfall), so the latencies are
+   those of a server that keeps up, sent by a client that keeps up;
 5. print the tables and the paths of the JSON reports and plots, stop the server and delete the
-   temporary directory, also on Ctrl-C or SIGTERM.
+   temporary directory, also on Ctrl-C or SIGTERM; with ``--keep-serving`` the server stays up
+   (its address and the dashboard's are printed last) until Ctrl-C or SIGTERM.
 
 With the defaults it takes about a minute on 2 cores (about 40 s of load, 5 s of loading).
 """
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -47,11 +52,20 @@ EPILOG = """examples:
   bucketsearch demo                             # the full demo (1M codes, radii 0..3)
   bucketsearch demo --n 100000 --duration 4     # a quicker run
   bucketsearch demo --out out/demo --rate 300 --keep-data  # a fixed open-loop rate
+  bucketsearch demo --keep-serving --port 8000  # then explore http://127.0.0.1:8000/ui
 """
 INDEX = "demo"
 READY_TIMEOUT_S = 180.0
 #: the server's default max_batch is 100,000 codes per request
 LOAD_CHUNK = 100_000
+#: the open-loop rate of run (c): this share of the closed-loop rate of run (b) at most ...
+OPEN_SHARE_OF_CLOSED = 0.8
+#: ... lowered by this factor after a probe with a saturation warning, at most PROBES times
+PROBE_BACKOFF = 0.7
+PROBES = 4
+PROBE_S = 2.0
+PROBE_WARMUP_S = 0.5
+MIN_RATE = 10.0
 
 
 class DemoError(RuntimeError):
@@ -65,9 +79,11 @@ def free_port() -> int:
 
 
 def server_command(data_dir: Path, port: int) -> list[str]:
-    """``bucketsearch serve`` (through ``python -m bucketsearch``)."""
+    """``bucketsearch serve`` (through ``python -m bucketsearch``): its log gets the start-up
+    phases, merges and errors, not a line per request."""
     return [sys.executable, "-m", "bucketsearch", "serve", "--data-dir", str(data_dir),
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "info",
+            "--no-access-log"]
 
 
 class ServerProcess:
@@ -154,6 +170,81 @@ def calibrate(url: str, radius: int = 2, queries: int = 256) -> dict | None:
         return resp.json() if resp.status_code == 200 else None
 
 
+@dataclass
+class Probe:
+    """What a short open loop at ``rate`` showed: the load tester's saturation warnings, the
+    client's CPU share of a core and the scheduler lag p99 (ms)."""
+
+    rate: float
+    warnings: list[str]
+    cpu_share: float
+    lag_p99_ms: float
+
+    def client_bound(self) -> bool:
+        """The client itself could not keep up (CPU or send-rate warning)."""
+        return any(w.startswith(CLIENT_WARNINGS) for w in self.warnings)
+
+
+#: saturation warnings (loadtest.runner.saturation_warnings) that a lower rate cures; the other
+#: one, scheduler lag with the client mostly idle, comes from the machine's load
+CLIENT_WARNINGS = ("client saturated", "send rate")
+
+
+def run_probe(cfg: RunConfig, workload: Workload) -> Probe:
+    """A short open loop at ``cfg.rate`` (:data:`PROBE_S` measured seconds, no progress bar)."""
+    from bucketsearch.loadtest.runner import run as run_load
+    from bucketsearch.loadtest.runner import saturation_warnings
+    from bucketsearch.loadtest.stats import LoadStats
+
+    probe = replace(cfg, duration=PROBE_S, warmup=PROBE_WARMUP_S, progress=False)
+    outcome = run_load(probe, workload)
+    stats = LoadStats(outcome.measure_from_ns).add_all(outcome.results)
+    lag = stats.sched_lag_us.percentile(99)
+    return Probe(cfg.rate, saturation_warnings(probe, outcome, stats), outcome.cpu_share(),
+                 0.0 if lag is None else lag / 1000)
+
+
+def choose_rate(closed_rate: float, probe, say=print) -> tuple[float, str]:
+    """The open-loop rate of run (c) and why.
+
+    Start at :data:`OPEN_SHARE_OF_CLOSED` of the closed-loop rate (what server and client
+    sustain together) and probe it (``probe(rate) -> Probe``); after a probe with a saturation
+    warning, lower the rate by :data:`PROBE_BACKOFF` (at most :data:`PROBES` probes, never
+    below :data:`MIN_RATE`). One exception: when the only warning is scheduler lag and a lower
+    rate did not shorten it (p99 not below 0.8x), the lag comes from other load on the machine,
+    not from this rate: keep the higher rate."""
+    rate = max(MIN_RATE, round(OPEN_SHARE_OF_CLOSED * closed_rate))
+    basis = f"{OPEN_SHARE_OF_CLOSED:.0%} of the closed-loop rate {closed_rate:,.0f} req/s"
+    previous = None
+
+    def lowered(times: int) -> str:
+        return f", lowered {times}x by {PROBE_BACKOFF:g} after probes that warned" if times \
+            else ""
+
+    for attempt in range(1, PROBES + 1):
+        result = probe(rate)
+        if not result.warnings:
+            say(f"  probe {attempt}: {rate:,.0f} req/s sent on time, client at "
+                f"{result.cpu_share:.0%} of a core, no saturation warning")
+            return rate, (f"{basis}{lowered(attempt - 1)}; a {PROBE_S:g} s probe at this rate "
+                          "raised no saturation warning")
+        say(f"  probe {attempt}: {rate:,.0f} req/s -> {result.warnings[0]}")
+        if (previous is not None and not result.client_bound() and not previous.client_bound()
+                and result.lag_p99_ms >= 0.8 * previous.lag_p99_ms):
+            return previous.rate, (
+                f"{basis}{lowered(attempt - 2)}; at {rate:,.0f} req/s the scheduler lag (p99 "
+                f"{result.lag_p99_ms:.1f} ms) was no shorter than at {previous.rate:,.0f} "
+                f"(p99 {previous.lag_p99_ms:.1f} ms) with the client at "
+                f"{result.cpu_share:.0%} of a core: other load on the machine, not the rate, "
+                "delays the client; the run's latencies include that lag")
+        if rate <= MIN_RATE:
+            break
+        previous = result
+        rate = max(MIN_RATE, round(rate * PROBE_BACKOFF))
+    return rate, (f"{basis}, lowered to {rate:,.0f} req/s; every probe warned (the machine is "
+                  "busy): the run may warn too")
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -170,7 +261,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="open-loop rate of the mixed run, Poisson arrivals (default %(default)s)")
     p.add_argument("--rate", type=_positive_float("--rate"), default=None,
                    help="open-loop rate of the radius-1 run (default: 80%% of the rate the "
-                        "closed-loop run achieved just before)")
+                        f"closed-loop run achieved just before, lowered while a {PROBE_S:g} s "
+                        "probe at that rate draws a saturation warning; the choice is printed)")
     p.add_argument("--concurrency", type=_positive_int("--concurrency"), default=4,
                    help="workers of the closed-loop run (default %(default)s)")
     p.add_argument("--duration", type=_positive_float("--duration"), default=10.0,
@@ -179,6 +271,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory of the reports and plots (default %(default)s)")
     p.add_argument("--keep-data", action="store_true",
                    help="keep the server's temporary data directory")
+    p.add_argument("--keep-serving", action="store_true",
+                   help="leave the server up after the demo (its address and the dashboard's "
+                        "are printed last) until Ctrl-C or SIGTERM")
+    p.add_argument("--port", type=_nonneg_int("--port"), default=0,
+                   help="the server's port on 127.0.0.1 (default: a free port)")
 
 
 def _validate(args) -> None:
@@ -194,6 +291,8 @@ def _validate(args) -> None:
             bad(flag, value, "a number > 0")
     if args.concurrency < 1:
         bad("--concurrency", args.concurrency, "an integer >= 1")
+    if not 0 <= args.port <= 65535:
+        bad("--port", args.port, "0 (a free port) or 1..65535")
 
 
 def run(args) -> int:
@@ -214,14 +313,21 @@ def run(args) -> int:
         packed = dataset.clustered_codes(args.n, args.bits, args.seed)
         say("[bold]2. server[/bold]: starting on 127.0.0.1")
         (tmp / "data").mkdir(exist_ok=True)
-        server = ServerProcess(tmp / "data", free_port(), args.out / "server.log")
+        server = ServerProcess(tmp / "data", args.port or free_port(), args.out / "server.log")
         ready_s = server.wait_ready()
         say(f"  {server.url} ready in {ready_s:.1f} s ({' '.join(server.cmd[1:4])} ...)")
         say("[bold]3. index[/bold]: loading")
         load_index(server.url, packed, args.bits, say)
         cal = calibrate(server.url)
         if cal:
-            say(f"  calibrated t0 = {cal.get('t0_ns') or float('nan'):.3g} ns per probe")
+            for est in cal.get("estimates") or []:  # every estimate, named, one answer each
+                ci = est.get("ci_ns")
+                say(f"  t0 ({est.get('source')}, {est.get('estimator')}) = "
+                    f"{est.get('t0_ns') or float('nan'):.3g} ns per probe"
+                    + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else ""))
+            say(f"  t0 used for the modeled cost: {cal.get('t0_ns') or float('nan'):.3g} ns "
+                f"({cal.get('t0_source')}, {cal.get('t0_estimator')}); estimates "
+                f"{(cal.get('verdicts') or {}).get('t0_agreement', {}).get('verdict', '')}")
         runs = [
             ("mixed", RunConfig(url=server.url, index=INDEX, mode="open", arrivals="poisson",
                                 rate=args.mixed_rate, duration=args.duration, warmup=1.0,
@@ -236,14 +342,22 @@ def run(args) -> int:
         ]
         summary = []
         for step, (name, cfg, classes) in enumerate(runs, start=4):
-            if name == "radius1_open" and args.rate is None:
-                closed_rate = summary[-1][1]["achieved_rate"] or 10.0
-                cfg.rate = max(10.0, round(0.8 * closed_rate))
+            workload = Workload(packed, args.bits, classes, batch=1, seed=cfg.seed)
+            if name == "radius1_open":
+                if args.rate is None:
+                    say(f"\n[bold]{step}. open-loop rate[/bold]: measuring what the client "
+                        "sends without saturating")
+                    cfg.rate, why = choose_rate(
+                        summary[-1][1]["achieved_rate"] or MIN_RATE,
+                        lambda rate: run_probe(replace(cfg, rate=rate), workload), say)
+                    say(f"  chose {cfg.rate:,.0f} req/s: {why}")
+                else:
+                    say(f"\n[bold]{step}. open-loop rate[/bold]: {cfg.rate:g} req/s (--rate)")
+                step += 1
             say(f"\n[bold]{step}. load test '{name}'[/bold]: {cfg.mode} loop, "
                 + (f"{cfg.rate:g} req/s {cfg.arrivals}" if cfg.mode == "open"
                    else f"concurrency {cfg.concurrency}")
                 + f", {', '.join(q.label for q in classes)}, {cfg.duration:g} s")
-            workload = Workload(packed, args.bits, classes, batch=1, seed=cfg.seed)
             report = execute(cfg, workload, args.bits,
                              {"data": {"n": args.n, "bits": args.bits, "seed": args.seed},
                               "run": name})
@@ -259,9 +373,23 @@ def run(args) -> int:
                 + f"  errors {report['errors']}  -> {', '.join(paths)}")
         (args.out / "summary.json").write_text(json.dumps(
             {name: {"achieved_rate": r["achieved_rate"], "target_rate": r["target_rate"],
-                    "latency_ms": r["latency_ms"], "errors": r["errors"], "files": paths}
+                    "latency_ms": r["latency_ms"], "errors": r["errors"],
+                    "warnings": r["warnings"], "files": paths}
              for name, r, paths in summary}, indent=2) + "\n")
         say(f"  server log: {server.log_path}; total {time.monotonic() - t_start:.0f} s")
+        if args.keep_serving:
+            say(f"\n[bold]serving[/bold] index '{INDEX}' ({args.n:,} codes) until Ctrl-C; "
+                f"dashboard {server.url}/ui, API docs {server.url}/docs")
+            say(f"server: {server.url}")
+            try:
+                while server.proc.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the way to end --keep-serving
+                say("stopping the server")
+                return 0
+            raise DemoError(f"the server exited with code {server.proc.returncode}; its log "
+                            f"({server.log_path}) ends:\n{server.log_tail()}")
+        say(f"server: {server.url} (stopped; --keep-serving leaves it up)")
         return 0
     except KeyboardInterrupt:
         say("[yellow]interrupted: stopping the server[/yellow]")
