@@ -47,9 +47,10 @@ RANK = {OPEN: 0, READ: 1, WRITE: 2}
 #: ``/metrics`` is not among them: it names every index, so it needs the read key when one is
 #: set (Prometheus: ``authorization: {credentials: <key>}`` in the scrape config).
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
-                        "/redoc"})
-#: Path prefixes open like OPEN_PATHS: the Swagger UI / ReDoc assets (app.main.DOCS_ASSETS_URL).
-OPEN_PREFIXES = ("/docs/assets/",)
+                        "/redoc", "/ui"})
+#: Path prefixes open like OPEN_PATHS: the Swagger UI / ReDoc assets (app.main.DOCS_ASSETS_URL)
+#: and the dashboard's files (app.routers.ui: static files only; its data come from /v1/...).
+OPEN_PREFIXES = ("/docs/assets/", "/ui/")
 #: Paths outside the concurrency cap: probes and the scrape must answer under overload.
 UNCAPPED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 READ_METHODS = frozenset({"GET", "HEAD"})
