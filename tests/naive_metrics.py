@@ -66,8 +66,10 @@ def raap(precisions, bits):
     return np.array(out)
 
 
-def lgap(db_bits, q_bits, G, r_max, empty_precision=0.0):
-    """LGAP(q, r) literal: per ball, count items per code with a Counter."""
+def lgap(db_bits, q_bits, G, r_max, empty_precision=0.0, denominator="all-codes"):
+    """LGAP(q, r) literal: per ball, count items per code with a Counter; B = largest bin x
+    (every code of the ball, sum_{i<=k} C(Q, i), or the occupied ones)."""
+    bits = np.asarray(db_bits).shape[1]
     db = [tuple(row) for row in np.asarray(db_bits)]
     D = distances(db_bits, q_bits)
     out = np.zeros((len(q_bits), r_max + 1))
@@ -80,7 +82,9 @@ def lgap(db_bits, q_bits, G, r_max, empty_precision=0.0):
                 continue
             prec = (G[q, ball] > 0).sum() / len(ball)
             per_code = Counter(db[i] for i in ball)
-            phi = len(ball) / (max(per_code.values()) * len(per_code))
+            codes = len(per_code) if denominator == "occupied-codes" else \
+                sum(math.comb(bits, i) for i in range(k + 1))
+            phi = len(ball) / (max(per_code.values()) * codes)
             terms.append(prec * phi)
         out[q] = np.cumsum(terms) / np.arange(1, r_max + 2)
     return out
@@ -90,8 +94,10 @@ def ranked_metrics(order, g, k, total_rel, ideal):
     """Metrics of one explicit ranking ``order`` (db indices) with gains ``g``.
 
     Returns AP@k (all-relevant denominator), AP@k (relevant-in-top-k denominator), relevant in
-    top k, DCG@k/IDCG@k, weighted AP@k."""
+    top k, DCG@k/IDCG@k, weighted AP@k, reciprocal rank of the first relevant item (0 if none
+    in the top k)."""
     kc = min(k, len(order))
+    rr = next((1.0 / (pos + 1) for pos in range(kc) if g[order[pos]] > 0), 0.0)
     hits = 0
     ap = 0.0
     dcg = 0.0
@@ -110,7 +116,7 @@ def ranked_metrics(order, g, k, total_rel, ideal):
                 relk=hits, ndcg=dcg / idcg if idcg > 0 else 0.0,
                 wap=wap / hits if hits else 0.0, precision=hits / kc,
                 recall=hits / total_rel if total_rel else 0.0,
-                f1=2 * hits / (kc + total_rel) if total_rel else 0.0, acg=cum_gain / kc)
+                f1=2 * hits / (kc + total_rel) if total_rel else 0.0, acg=cum_gain / kc, rr=rr)
 
 
 def as_ranked(D, G, q, k):
@@ -179,3 +185,50 @@ def ramap_naive(D, G, bits, r_max, empty_precision=0.0):
                  for r in range(r_max + 1)]
         out.append(raap(precs, bits))
     return np.array(out)
+
+
+def auprc_thesis(D, G, bits, empty_precision=0.0):
+    """Thesis chapter 3: micro P and R at every radius 1..Q, plain trapezoid over recall."""
+    pts = [micro_precision_recall(D, G, r, empty_precision) for r in range(1, bits + 1)]
+    area = 0.0
+    for (p0, r0), (p1, r1) in zip(pts, pts[1:]):
+        area += (r1 - r0) * (p0 + p1) / 2
+    return area
+
+
+def tie_aware_rr(D, G, q, k):
+    """Tie-aware reciprocal rank@k by the literal formula: the first group holding relevant
+    items (t items, r relevant, N before) puts its first relevant item at position j with
+    probability C(t-j, r-1) / C(t, r) (exact integers); 0 past k."""
+    rel = G[q] > 0
+    n0 = 0
+    for d in sorted(set(D[q].tolist())):
+        members = D[q] == d
+        t, r = int(members.sum()), int((members & rel).sum())
+        if r:
+            return sum(math.comb(t - j, r - 1) / math.comb(t, r) / (n0 + j)
+                       for j in range(1, t - r + 2) if n0 + j <= k)
+        n0 += t
+    return 0.0
+
+
+def tie_aware_wap_all(D, G, q):
+    """Tie-aware weighted AP over the whole ranking, literal per position: position j of a tie
+    group (t items, r relevant with gain sum S, N items and gain Gb before) contributes
+    E[rel_j * ACG@(N+j)] = (Gb r/t + S/t + (j-1) S (r-1) / (t (t-1))) / (N + j)."""
+    g = G[q]
+    total = (g > 0).sum()
+    if total == 0:
+        return 0.0
+    n0, gb, s = 0, 0.0, 0.0
+    for d in sorted(set(D[q].tolist())):
+        members = D[q] == d
+        t = int(members.sum())
+        r = int((members & (g > 0)).sum())
+        gs = float(g[members].sum())
+        for j in range(1, t + 1):
+            pair = (j - 1) * gs * (r - 1) / (t * (t - 1)) if t > 1 else 0.0
+            s += (gb * r / t + gs / t + pair) / (n0 + j)
+        n0 += t
+        gb += gs
+    return s / total

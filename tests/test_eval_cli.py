@@ -130,8 +130,8 @@ def test_bad_input_one_clear_line(files, capsys, over, message):
 def test_reproduce_claims_pass(capsys):
     assert main(["reproduce"]) == 0
     out = capsys.readouterr().out
-    assert "Table 1" in out and "Table 2" in out
-    assert out.count("[PASS]") == 5 and "[FAIL]" not in out
+    assert "Table 2" in out and "Table 3" in out
+    assert out.count("[PASS]") == 7 and "[FAIL]" not in out
 
 
 def test_other_ground_truths_match_labels(files):

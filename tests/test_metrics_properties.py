@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.index.metrics import (Conventions, hamming_histograms, mlgap, radius_metrics,
-                                        ranking_metrics)
 from bucketsearch.index.evaluation.relevance import dense, from_labels
+from bucketsearch.index.metrics import (Conventions, auprc_thesis, hamming_histograms, mlgap,
+                                        radius_metrics, ranking_metrics)
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -44,6 +44,8 @@ def _check_tie_aware(db, xq, rel, ks, graded):
     for q in range(len(xq)):
         whole = nv.tie_average(D, G, q, len(db))
         assert m["map_all_tie_aware"][q] == pytest.approx(whole["ap_all"], abs=1e-12)
+        assert m["mrr_all_tie_aware"][q] == pytest.approx(whole["rr"], abs=1e-12)
+        assert m["wmap_all_tie_aware"][q] == pytest.approx(whole["wap"], abs=1e-12)
         for j, k in enumerate(ks):
             ta = nv.tie_average(D, G, q, k)
             assert m["map_tie_aware"][q, j] == pytest.approx(ta["ap_all"], abs=1e-12)
@@ -53,16 +55,19 @@ def _check_tie_aware(db, xq, rel, ks, graded):
             assert m["recall_tie_aware"][q, j] == pytest.approx(ta["recall"], abs=1e-12)
             assert m["f1_tie_aware"][q, j] == pytest.approx(ta["f1"], abs=1e-12)
             assert m["acg_tie_aware"][q, j] == pytest.approx(ta["acg"], abs=1e-12)
+            assert m["wmap_tie_aware"][q, j] == pytest.approx(ta["wap"], abs=1e-12)
+            assert m["mrr_tie_aware"][q, j] == pytest.approx(ta["rr"], abs=1e-12)
             ar = nv.as_ranked(D, G, q, k)
             assert m["map_ranked"][q, j] == pytest.approx(ar["ap_all"], abs=1e-12)
             assert top["map_ranked"][q, j] == pytest.approx(ar["ap_topk"], abs=1e-12)
             assert m["ndcg_ranked"][q, j] == pytest.approx(ar["ndcg"], abs=1e-12)
             assert m["wmap_ranked"][q, j] == pytest.approx(ar["wap"], abs=1e-12)
             assert m["precision_ranked"][q, j] == pytest.approx(ar["precision"], abs=1e-12)
-            for worst, key in ((False, "map_best"), (True, "map_worst")):
+            for worst, key in ((False, "best"), (True, "worst")):
                 bw = nv.best_worst(D, G, q, k, worst=worst)
-                assert m[key][q, j] == pytest.approx(bw["ap_all"], abs=1e-12)
-                assert top[key][q, j] == pytest.approx(bw["ap_topk"], abs=1e-12)
+                assert m["map_" + key][q, j] == pytest.approx(bw["ap_all"], abs=1e-12)
+                assert top["map_" + key][q, j] == pytest.approx(bw["ap_topk"], abs=1e-12)
+                assert m["mrr_" + key][q, j] == pytest.approx(bw["rr"], abs=1e-12)
             # the expectation lies between the best and the worst case
             assert m["map_worst"][q, j] - 1e-12 <= m["map_tie_aware"][q, j] \
                 <= m["map_best"][q, j] + 1e-12
@@ -98,6 +103,10 @@ def test_radius_metrics_and_lgap_match_naive(case, empty_precision, inclusive):
         pm, _ = nv.micro_precision_recall(D, G, radius, empty_precision)
         assert rm.precision_micro[r] == pytest.approx(pm)
     if inclusive:
-        lg, _ = mlgap(h, conv)
-        expect = nv.lgap(db, xq, G, bits, empty_precision)
-        assert np.allclose(lg, np.where(has_rel[:, None], expect, 0.0))
+        for denominator in ("all-codes", "occupied-codes"):
+            lg, _ = mlgap(h, conv, denominator)
+            expect = nv.lgap(db, xq, G, bits, empty_precision, denominator)
+            assert np.allclose(lg, np.where(has_rel[:, None], expect, 0.0))
+        if (G > 0).any():
+            assert auprc_thesis(h, conv) == pytest.approx(
+                nv.auprc_thesis(D, G, bits, empty_precision), abs=1e-12)

@@ -55,20 +55,30 @@ def different_extension(db_codes, q_codes, s: int) -> tuple[np.ndarray, np.ndarr
             np.hstack([q, np.ones((len(q), s), np.uint8)]))
 
 
-def itq(xb, xq, bits: int, n_iter: int = 50, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Iterative quantization: PCA (fit on the database) to ``bits`` dimensions, then
-    ``n_iter`` rounds of B = sign(V R), R = orthogonal Procrustes solution of min ||B - V R||."""
+def pca_basis(xb) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, components)`` of the database features: the eigenvectors of the covariance as
+    columns, by decreasing eigenvalue (fit once, reused by :func:`itq` at several code
+    lengths)."""
+    xb = np.asarray(xb, dtype=np.float64)
+    mu = xb.mean(axis=0)
+    xc = xb - mu
+    evals, evecs = np.linalg.eigh(xc.T @ xc / max(len(xc) - 1, 1))
+    return mu, evecs[:, np.argsort(evals)[::-1]]
+
+
+def itq(xb, xq, bits: int, n_iter: int = 50, seed: int = 0,
+        basis: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Iterative quantization: PCA (fit on the database, or the given :func:`pca_basis` of it)
+    to ``bits`` dimensions, then ``n_iter`` rounds of B = sign(V R), R = orthogonal Procrustes
+    solution of min ||B - V R||."""
     bits = _check_bits(bits)
     xb = np.asarray(xb, dtype=np.float64)
     xq = np.asarray(xq, dtype=np.float64)
     if bits > xb.shape[1]:
         raise ValueError(f"ITQ needs bits <= feature dimension {xb.shape[1]}, got {bits}")
-    mu = xb.mean(axis=0)
-    xc = xb - mu
-    cov = xc.T @ xc / max(len(xc) - 1, 1)
-    evals, evecs = np.linalg.eigh(cov)
-    pca = evecs[:, np.argsort(evals)[::-1][:bits]]
-    v = xc @ pca
+    mu, components = pca_basis(xb) if basis is None else basis
+    pca = components[:, :bits]
+    v = (xb - mu) @ pca
     rng = np.random.default_rng(seed)
     rot, _ = np.linalg.qr(rng.standard_normal((bits, bits)))
     for _ in range(n_iter):

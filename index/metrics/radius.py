@@ -14,6 +14,10 @@ see :mod:`index.metrics.conventions`) and ``REL(q)`` relevant items in all:
 Precision/recall at a Hamming radius is the hash-lookup protocol of e.g. Wang, Kumar & Chang
 (SSH) and Jiang, Li & Li; the macro/micro distinction and the empty-ball convention are usually
 left implicit.
+
+Two AUPRC forms: :func:`auprc` (this project's default: the macro curve over radius 0..Q plus
+one anchor point at recall 0) and :func:`auprc_thesis` (thesis chapter 3, seed 003: the micro,
+pooled curve over radius 1..Dmax with the plain trapezoid rule, no point added).
 """
 from __future__ import annotations
 
@@ -102,12 +106,13 @@ def pr_curve(hist: Histograms, conv: Conventions = DEFAULT, average: str = "macr
     raise ValueError(f"average must be 'macro' or 'micro', got {average!r}")
 
 
-def auprc(recall: np.ndarray, precision: np.ndarray, anchor: str = "first") -> float:
+def auprc(recall: np.ndarray, precision: np.ndarray, anchor: str | None = "first") -> float:
     """Area under the PR curve over radius by the trapezoid rule over recall.
 
     The points are (recall[r], precision[r]) for r = 0..Q (recall is non-decreasing in r). One
     point is added at recall 0: ``anchor="first"`` uses precision[0] (the curve starts flat),
-    ``anchor="one"`` uses precision 1. NaN points (nothing left after exclusion) are dropped.
+    ``anchor="one"`` uses precision 1, ``anchor=None`` adds none (the plain trapezoid over the
+    given points). NaN points (nothing left after exclusion) are dropped.
     """
     recall = np.asarray(recall, dtype=np.float64)
     precision = np.asarray(precision, dtype=np.float64)
@@ -115,12 +120,21 @@ def auprc(recall: np.ndarray, precision: np.ndarray, anchor: str = "first") -> f
     recall, precision = recall[ok], precision[ok]
     if not len(recall):
         return float("nan")
-    if anchor == "first":
-        p0 = precision[0]
-    elif anchor == "one":
-        p0 = 1.0
+    if anchor is None:
+        x, y = recall, precision
+    elif anchor in ("first", "one"):
+        p0 = precision[0] if anchor == "first" else 1.0
+        x = np.concatenate([[0.0], recall])
+        y = np.concatenate([[p0], precision])
     else:
-        raise ValueError(f"anchor must be 'first' or 'one', got {anchor!r}")
-    x = np.concatenate([[0.0], recall])
-    y = np.concatenate([[p0], precision])
+        raise ValueError(f"anchor must be 'first', 'one' or None, got {anchor!r}")
     return float(np.sum(np.diff(x) * (y[1:] + y[:-1]) / 2.0))
+
+
+def auprc_thesis(hist: Histograms, conv: Conventions = DEFAULT) -> float:
+    """AUPRC as thesis chapter 3 (seed 003) computes it: the micro (pooled) PR curve
+    ``(R_micro(r), P_micro(r))`` over the radii r = 1..Dmax (Dmax = Q, the largest Hamming
+    distance), integrated by the plain trapezoid rule over recall, no point added at recall 0.
+    Radius 0 is not a point of the curve. Q = 1 leaves one point: the area is 0."""
+    m = radius_metrics(hist, conv)
+    return auprc(m.recall_micro[1:], m.precision_micro[1:], anchor=None)

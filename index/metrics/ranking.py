@@ -18,6 +18,15 @@ positions inside the cut-off k (``m = min(t, k - N)``):
   AP@k with ``ap_denominator="relevant-in-topk"`` is a ratio of random quantities; it is computed
   exactly: the relevant count X drawn by the cut group is hypergeometric, and
   ``E[num / (R+X)] = E[num_full] E[1/(R+X)] + sum_x P(X=x) E[num_cut | x] / (R+x)``.
+  The same sums with gains give the tie-aware weighted AP: with ``G`` the gain before the group
+  and ``gbar = S_d / r`` the mean gain of its relevant items, the expected sum of ``ACG@rank``
+  at the relevant positions is ``(r/t) [ (G + gbar) S1 + gbar (r-1)/(t-1) S2 ]`` (binary gains:
+  G = R, gbar = 1, the AP numerator above), divided by the relevant items in the top k exactly
+  as AP@k with ``relevant-in-topk``.
+  Reciprocal rank (seed 001: ``RR = 1 / rank of the first relevant item``, 0 when none is in
+  the top k): if the first relevant items are r of the t items of group d, the first of them
+  is at group position j with probability ``C(t-j, r-1) / C(t, r)``, so
+  ``E[RR@k] = sum_{j <= m} C(t-j, r-1) / C(t, r) / (N + j)``.
 * **best** case: relevant items first inside every tie; **worst** case: relevant items last.
 * **as-ranked**: ties broken by (distance, db index), from the sums the histogram kernel
   accumulated (:class:`index.metrics.histogram.Histograms` ``ranked``).
@@ -27,9 +36,10 @@ Definitions (``kc = min(k, nb)``, ``REL`` = relevant items of the query):
 its tie-aware value is exact), ``AP@k = sum_{rank<=k, relevant} P@rank / denominator``,
 ``NDCG@k = DCG@k / IDCG@k`` with gain ``2^g - 1`` and discount ``1/log2(rank + 1)``,
 ``ACG@k = sum_{rank<=k} g / kc`` and the weighted AP of Zhao et al. (DSRH, CVPR 2015)
-``mAP_w@k = sum_{rank<=k, g>0} ACG@rank / relk`` (as-ranked only). MAP@all is AP@nb (both
-denominators agree). Queries with no relevant item follow ``no_relevant``; a zero denominator
-(no relevant item in the top k, IDCG = 0) gives 0.
+``mAP_w@k = sum_{rank<=k, g>0} ACG@rank / relk`` (tie-aware and as-ranked), ``RR@k`` (tie-aware,
+best, worst; MRR is its mean over queries). MAP@all is AP@nb (both denominators agree).
+Queries with no relevant item follow ``no_relevant``; a zero denominator (no relevant item in
+the top k, IDCG = 0) gives 0.
 """
 from __future__ import annotations
 
@@ -46,8 +56,10 @@ from bucketsearch.index.metrics.histogram import RANKED_FIELDS, Histograms, _dis
 _DIRECT = 64
 
 #: per-query outputs of the tie-aware kernel (third axis of ``out``)
+#: reciprocal rank and weighted AP outputs, named as the metrics
+RR_FIELDS = ("mrr_tie_aware", "mrr_best", "mrr_worst", "wmap_tie_aware")
 FIELDS = ("ta_num", "ta_ap_topk", "best_num", "best_relk", "worst_num", "worst_relk", "relk",
-          "dcg", "gain")
+          "dcg", "gain") + RR_FIELDS
 
 
 @njit
@@ -102,14 +114,74 @@ def _hsum(n0, m):
 
 
 @njit
-def _tie_num(n0, r0, t, r, m):
-    """Expected sum of precisions at relevant items in the first m positions of a tie group."""
+def _group_num(n0, lead, gbar, t, r, m):
+    """Expected ``sum_{j<=m, relevant} (lead-in + gains up to j in the group) / (n0 + j)`` over
+    the first m positions of a tie group (t items, r relevant of mean gain ``gbar``), ``lead`` =
+    the gain before the group plus ``gbar``. Binary gains (lead = R + 1, gbar = 1): the expected
+    sum of precisions at the relevant items (AP numerator); graded: the weighted-AP numerator
+    ``sum ACG@rank`` (position j is relevant with probability r/t; then the other items before
+    it in the group carry ``gbar (j-1)(r-1)/(t-1)`` of gain in expectation)."""
     if r == 0 or m == 0:
         return 0.0
-    val = (r0 + 1.0) * _hsum(n0, m)
+    val = lead * _hsum(n0, m)
     if t > 1:
-        val += (r - 1.0) / (t - 1.0) * _sum_ratio(-1, n0, m)
+        val += gbar * (r - 1.0) / (t - 1.0) * _sum_ratio(-1, n0, m)
     return r / t * val
+
+
+@njit
+def _tie_num(n0, r0, t, r, m):
+    """Expected sum of precisions at relevant items in the first m positions of a tie group."""
+    return _group_num(n0, r0 + 1.0, 1.0, t, r, m)
+
+
+@njit
+def _cut_ratio(full, n0, r0, lead, gbar, t, r, m):
+    """Exact ``E[(full + num_cut) / (r0 + X)]`` for the group cut by k: X (relevant items among
+    its first m positions) is hypergeometric; given X = x those positions are a random group of
+    m items with x relevant (mean gain gbar), so ``E[num_cut | x] = (x/m) (lead S1 +
+    gbar (x-1)/(m-1) S2)`` (module docstring)."""
+    s1 = _hsum(n0, m)
+    s2 = _sum_ratio(-1, n0, m)
+    x_lo = max(0, m - (t - r))
+    x_hi = min(r, m)
+    base = _log_comb(t, m)
+    inv_e = 0.0
+    cut_e = 0.0
+    for x in range(x_lo, x_hi + 1):
+        if r0 + x == 0:
+            continue
+        if x_lo == x_hi:
+            p = 1.0
+        else:
+            p = math.exp(_log_comb(r, x) + _log_comb(t - r, m - x) - base)
+        num = 0.0
+        if x > 0:
+            num = lead * s1
+            if m > 1:
+                num += gbar * (x - 1.0) / (m - 1.0) * s2
+            num *= x / m
+        inv_e += p / (r0 + x)
+        cut_e += p * num / (r0 + x)
+    return full * inv_e + cut_e
+
+
+@njit
+def _first_relevant(n0, t, r, k):
+    """Tie-aware, best and worst reciprocal rank when the first relevant items sit in a tie
+    group of t items (r relevant, r > 0) after n0 items, cut-off k (0 past k). The first
+    relevant position J in the group has ``P(J = j) = C(t-j, r-1) / C(t, r)``: ``P(1) = r/t``,
+    ``P(j+1) = P(j) (t-j-r+1)/(t-j)``."""
+    m = min(t, k - n0)
+    if m <= 0:
+        return 0.0, 0.0, 0.0
+    expect = 0.0
+    p = r / t
+    for j in range(1, min(m, t - r + 1) + 1):
+        expect += p / (n0 + j)
+        p *= (t - j - r + 1.0) / (t - j) if t > j else 0.0
+    worst = 1.0 / (n0 + t - r + 1.0) if t - r + 1 <= m else 0.0
+    return expect, 1.0 / (n0 + 1.0), worst
 
 
 @njit
@@ -133,6 +205,10 @@ def _ranking_query(count, nrel, gexp, gsum, ks, disc, out):
         gain = 0.0
         ap_topk = 0.0
         cut_seen = False
+        g0 = 0.0
+        w_full = 0.0
+        wmap = 0.0
+        rr_done = False
         for d in range(n_d):
             t = count[d]
             if t == 0:
@@ -152,40 +228,23 @@ def _ranking_query(count, nrel, gexp, gsum, ks, disc, out):
             relk += m * r / t
             gain += gsum[d] * m / t
             dcg += gexp[d] / t * (disc[n0 + m] - disc[n0])
-            last = n0 + t >= k
-            if not last:
-                ta_full += _tie_num(n0, r0, t, r, m)
-            else:
+            if r > 0 and not rr_done:
+                out[kk, 9], out[kk, 10], out[kk, 11] = _first_relevant(n0, t, r, k)
+                rr_done = True
+            gbar = gsum[d] / r if r > 0 else 0.0
+            if n0 + t >= k:
                 # the cut group: exact E[num / (R + X)] over the hypergeometric X
-                s1 = _hsum(n0, m)
-                s2 = _sum_ratio(-1, n0, m)
-                x_lo = max(0, m - (t - r))
-                x_hi = min(r, m)
-                base = _log_comb(t, m)
-                inv_e = 0.0
-                cut_e = 0.0
-                for x in range(x_lo, x_hi + 1):
-                    if r0 + x == 0:
-                        continue
-                    if x_lo == x_hi:
-                        p = 1.0
-                    else:
-                        p = math.exp(_log_comb(r, x) + _log_comb(t - r, m - x) - base)
-                    num = 0.0
-                    if x > 0:
-                        num = (r0 + 1.0) * s1
-                        if m > 1:
-                            num += (x - 1.0) / (m - 1.0) * s2
-                        num *= x / m
-                    inv_e += p / (r0 + x)
-                    cut_e += p * num / (r0 + x)
-                ap_topk = ta_full * inv_e + cut_e
+                ap_topk = _cut_ratio(ta_full, n0, r0, r0 + 1.0, 1.0, t, r, m)
+                wmap = _cut_ratio(w_full, n0, r0, g0 + gbar, gbar, t, r, m)
                 cut_seen = True
-                ta_full += _tie_num(n0, r0, t, r, m)
+            ta_full += _tie_num(n0, r0, t, r, m)
+            w_full += _group_num(n0, g0 + gbar, gbar, t, r, m)
             n0 += t
             r0 += r
+            g0 += gsum[d]
         if not cut_seen and r0 > 0:
             ap_topk = ta_full / r0  # k beyond the database: every item is in the top k
+            wmap = w_full / r0
         out[kk, 0] = ta_full
         out[kk, 1] = ap_topk
         out[kk, 2] = best
@@ -195,6 +254,7 @@ def _ranking_query(count, nrel, gexp, gsum, ks, disc, out):
         out[kk, 6] = relk
         out[kk, 7] = dcg
         out[kk, 8] = gain
+        out[kk, 12] = wmap
 
 
 @pjit
@@ -218,8 +278,11 @@ def ranking_metrics(hist: Histograms, conv: Conventions = DEFAULT) -> dict:
 
     Keys: ``map_{tie_aware,best,worst,ranked}`` (AP@k with ``conv.ap_denominator``),
     ``map_all_{tie_aware,best,worst,ranked}``, ``precision_tie_aware``, ``recall_tie_aware``,
-    ``f1_tie_aware``, ``ndcg_tie_aware``, ``acg_tie_aware`` and, when the histograms carry the
-    as-ranked sums, ``precision_ranked``, ``ndcg_ranked``, ``wmap_ranked``, ``map_ranked``,
+    ``f1_tie_aware``, ``ndcg_tie_aware``, ``acg_tie_aware``, ``wmap_tie_aware`` (weighted mAP@k,
+    graded gains), ``mrr_{tie_aware,best,worst}`` (reciprocal rank of the first relevant item,
+    0 past k), ``mrr_all_{tie_aware,best,worst}`` and ``wmap_all_tie_aware`` (whole ranking;
+    weighted AP over all relevant items) and, when the histograms carry
+    the as-ranked sums, ``precision_ranked``, ``ndcg_ranked``, ``wmap_ranked``, ``map_ranked``,
     ``map_all_ranked``.
     """
     ks = hist.ks
@@ -251,6 +314,10 @@ def ranking_metrics(hist: Histograms, conv: Conventions = DEFAULT) -> dict:
         "map_all_best": _div(whole["best_num"], rel),
         "map_all_worst": _div(whole["worst_num"], rel),
     }
+    for name in RR_FIELDS:
+        head, _, tail = name.partition("_")
+        pq[name] = f[name]
+        pq[f"{head}_all_{tail}"] = whole[name]  # mrr_all_*, wmap_all_tie_aware
     if hist.ranked is not None:
         cols = hist.ranked[:, 1:].reshape(nq, nk, RANKED_FIELDS)
         ap_num, relk, dcg, wap = (cols[:, :, i] for i in range(RANKED_FIELDS))
