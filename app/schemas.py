@@ -13,6 +13,7 @@ MAX_ID = 2**63 - 1
 IndexNameStr = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 HexCode = Annotated[str, StringConstraints(pattern=HEX_PATTERN, max_length=64)]
 ItemId = Annotated[int, Field(ge=0, le=MAX_ID)]
+ServedMode = Literal["single", "mih", "auto"]
 
 
 class Strict(BaseModel):
@@ -22,7 +23,7 @@ class Strict(BaseModel):
 class CreateIndex(Strict):
     name: IndexNameStr = Field(description="index name, [A-Za-z0-9_-]{1,64}")
     bits: int = Field(ge=1, le=256, description="code length Q in bits")
-    mode: Literal["single", "mih", "auto"] = Field(
+    mode: ServedMode = Field(
         "auto", description="auto (default): the planner picks single-table probing, "
                             "multi-index hashing or a scan per batch by predicted cost; single: "
                             "single-table bucket search only; mih: multi-index hashing only "
@@ -58,6 +59,14 @@ class IndexInfo(BaseModel):
     merging: bool = False
     last_merge: float | None = Field(None, description="end of the last merge (Unix time)")
     last_merge_error: str | None = None
+    applied_lsn: str | None = Field(None, description="log position applied, 'segment/offset' "
+                                    "in hex (the writer: all it acknowledged; a read-only "
+                                    "server: what it has caught up with)")
+    lag_ms: float | None = Field(None, description="read-only server: staleness bound, ms since "
+                                 "a catch-up last found the writer's log fully applied (0 on "
+                                 "the writer)")
+    follow_error: str | None = Field(None, description="read-only server: why the last "
+                                     "catch-up failed (retried)")
 
 
 class IndexList(BaseModel):
@@ -75,6 +84,8 @@ class DeleteIn(Strict):
 
 class WriteOut(BaseModel):
     inserted: int | None = None
+    replaced: int | None = Field(None, description="upsert: ids that were live and got their "
+                                                   "new code")
     deleted: int | None = None
     size: int = Field(description="live items after the write")
 
@@ -82,25 +93,35 @@ class WriteOut(BaseModel):
 class SearchRequest(Strict):
     codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
     max_distance: int | None = Field(None, ge=0, le=256,
-                                     description="radius search: every item with d <= r")
-    k: int | None = Field(None, ge=1, description="k-NN search, ordered by (distance, id)")
+                                     description="radius search: every item with d <= r; with "
+                                                 "k, top-k within the radius")
+    k: int | None = Field(None, ge=1, description="k-NN search, ordered by (distance, id); "
+                          "with max_distance, the k nearest with d <= max_distance (fewer "
+                          "when fewer lie that close)")
     stats: bool = Field(False, description="return per-query, per-radius work counters")
 
     @model_validator(mode="after")
-    def _one_kind(self):
-        if (self.max_distance is None) == (self.k is None):
-            raise ValueError("give exactly one of max_distance (radius search) or k (k-NN)")
+    def _a_kind(self):
+        if self.max_distance is None and self.k is None:
+            raise ValueError("give max_distance (radius search), k (k-NN) or both (the k "
+                             "nearest within max_distance)")
         return self
 
 
 class RadiusStats(BaseModel):
     radius: int
-    probes: int = Field(description="buckets probed at this radius, C(Q, r)")
+    probes: int = Field(description="bucket lookups of this radius by the engine that ran: "
+                        "C(Q, r) for a single table, the substring probes of radius step r "
+                        "for multi-index hashing, 0 for a scan")
     nonempty_buckets: int
     empty_buckets: int
     items: int = Field(description="items found in the probed buckets of the main table")
     lookup_ns: int = Field(description="measured time of this radius (in-kernel clock)")
     modeled_ns: float | None = Field(description="t0 * probes (null before any calibration)")
+    candidates: int | None = Field(None, description="multi-index hashing: substring-bucket "
+                                   "entries examined at this step (absent otherwise)")
+    unique_candidates: int | None = Field(None, description="multi-index hashing: items first "
+                                          "visited (and verified) at this step")
 
 
 class SearchResult(BaseModel):
@@ -119,6 +140,11 @@ class SearchResponse(BaseModel):
     stats: list[list[RadiusStats]] | None = None
     delta: DeltaScan | None = Field(None, description="with stats: the delta segment's scan, "
                                     "which has no buckets and is not in the per-radius stats")
+    scanned_from: list[int] | None = Field(None, description="with stats: per query, the "
+                                           "radius from which a k-NN query ranked codes by a "
+                                           "scan instead of probing (-1: it did not)")
+    plan: dict | None = Field(None, description="with stats, mode auto: the path the planner "
+                              "ran and the predicted per-query ns that chose it")
     took_ms: float
 
 
@@ -128,37 +154,6 @@ class LatencySummary(BaseModel):
     p90_ns: float | None
     p99_ns: float | None
     mean_ns: float | None
-
-
-class RadiusCost(BaseModel):
-    radius: int = Field(description="radius (a radius step of multi-index hashing)")
-    probes: float = Field(description="mean buckets probed by one query at this radius, as "
-                          "measured (= C(Q, r) for a single table; substring buckets for mih)")
-    paper_probes: int = Field(description="C(Q, r): the single-table count of the RAMAP model")
-    cumulative_paper_probes: int = Field(description="sum_{i<=r} C(Q, i)")
-    modeled_ns: float | None = Field(description="t0 * probes")
-    measured: LatencySummary
-
-
-class ExtendedModel(BaseModel):
-    source: str
-    terms: list[str]
-    coef: dict[str, float] = Field(description="ns per unit of each term ('const' in ns)")
-    r2: float | None
-    rel_error: list[float | None]
-    max_rel_error: float | None
-    samples: int
-
-
-class CostModelOut(BaseModel):
-    index: str
-    bits: int
-    t0_ns: float | None = Field(description="cost of one probe, least squares through the origin")
-    t0_source: str | None
-    t0_samples: int
-    calibration: dict | None = Field(description="the last calibration run, if any")
-    extended_model: ExtendedModel | None
-    radii: list[RadiusCost]
 
 
 class CalibrateIn(Strict):
@@ -237,3 +232,108 @@ def json_or_octet_body(model: type[BaseModel]) -> dict:
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": model.model_json_schema()},
         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+class GetIn(Strict):
+    ids: list[ItemId] = Field(description="ids whose codes to read")
+
+
+class GetOut(BaseModel):
+    ids: list[int]
+    codes: list[str | None] = Field(description="hex code per id (np.packbits byte order), "
+                                                "null for an id that is not live")
+
+
+class SetMode(Strict):
+    mode: ServedMode = Field(description="the mode to rebuild the index in (README: Which mode)")
+    substrings: int | None = Field(None, ge=1, le=256,
+                                   description="number of MIH substrings (mih/auto only)")
+
+
+# ---------------------------------------------------------------- cost model (index.costmodel)
+class RadiusCost(BaseModel):
+    """One radius of the live cost model (docs/cost-model.md)."""
+
+    radius: int = Field(description="radius (a radius step of multi-index hashing)")
+    queries: int = Field(description="queries that reached this radius since start")
+    probes: float = Field(description="mean buckets probed by one query at this radius, as "
+                          "measured (= C(Q, r) for a single table; substring buckets for mih)")
+    modeled_ns: float | None = Field(description="t0 x probes (the engine's probes)")
+    measured: LatencySummary = Field(description="T(r): in-kernel lookup time of this radius "
+                                     "alone, per query")
+    measured_cumulative: LatencySummary = Field(description="T(R): a query's lookup time of "
+                                                "radii 0..R together")
+    mean_empty_buckets: float | None = Field(description="empty buckets probed per query at "
+                                             "this radius")
+    empty_ball_queries: int = Field(description="queries whose ball up to R held no item of "
+                                    "the main table (RAMAP paper, Fig. 5)")
+    paper_probes: int = Field(description="C(Q, r): the single-table count of the RAMAP model")
+    cumulative_paper_probes: int = Field(description="sum_{i<=r} C(Q, i)")
+    paper_ns: float | None = Field(description="t0 x C(Q, r)")
+    paper_cumulative_ns: float | None = Field(description="t0 x sum_{i<=R} C(Q, i)")
+    measured_ratio: float | None = Field(description="T(R)_p50 / T(0)_p50")
+    paper_ratio: int = Field(description="the paper's T(R)/T(0) = sum_{i<=R} C(Q, i)")
+    paper_over_measured: float | None = Field(description="t0 sum C(Q, i) / T(R)_p50")
+    paper_holds: bool | None = Field(description="paper_over_measured within a factor 2")
+
+
+class T0EstimateOut(BaseModel):
+    estimator: str = Field(description="radius_fit, microbenchmark or query_model.probes")
+    source: str = Field(description="'observed searches' or 'calibration'")
+    t0_ns: float | None
+    ci_ns: list[float] | None = Field(description="interval at `confidence`")
+    samples: int
+    formula: str
+    confidence: float
+    detail: dict
+
+
+class TermFit(BaseModel):
+    coef_ns: float = Field(description="ns per unit of the term (fixed: ns per query)")
+    se_ns: float
+    ci_ns: list[float]
+    significant: bool = Field(description="the interval excludes 0")
+
+
+class QueryModelOut(BaseModel):
+    estimator: str
+    source: str = Field(description="the samples: a calibration or the recent searches")
+    time: str = Field(description="what is fitted: the per-query sum of lookup_ns")
+    formula: str
+    terms: dict[str, TermFit] = Field(description="identified terms")
+    unidentified: dict[str, str] = Field(description="terms left out and why (collinear, "
+                                         "zero, too few samples)")
+    r2: float | None
+    samples: int
+    dof: int
+    condition_index: float | None
+    covariance: str
+    confidence: float
+    coef: dict[str, float] = Field(description="coef_ns of each identified term")
+
+
+class CostModelOut(BaseModel):
+    index: str
+    bits: int
+    t0_ns: float | None = Field(description="the t0 the server models with")
+    t0_source: str | None = Field(description="'calibration' or 'observed searches'")
+    t0_estimator: str | None = Field(description="the estimator of t0_ns (radius_fit)")
+    t0_ci_ns: list[float] | None
+    t0_samples: int = Field(description="(query, radius) samples observed since start")
+    queries: int = Field(description="queries observed since start")
+    calibration: dict | None = Field(description="the last calibration run, with its fit_all "
+                                     "result under 'fits'")
+    estimates: list[T0EstimateOut] = Field(description="every t0 estimate, named")
+    extended_model: QueryModelOut | None
+    radii: list[RadiusCost]
+    verdicts: dict
+
+
+class Limits(BaseModel):
+    """The request limits of this server (settings of the same names, README "Limits")."""
+
+    max_batch: int = Field(description="codes or ids per request")
+    max_k: int = Field(description="largest k of a k-NN search")
+    max_results: int = Field(description="largest total number of ids one search may return")
+    max_request_probes: int = Field(description="probe budget of one search request")
+    max_body_bytes: int = Field(description="request body limit")

@@ -21,6 +21,8 @@ EXAMPLES = """examples:
   bucketsearch reproduce                  # the RAMAP paper's tables on the embedded data
   bucketsearch repair --data-dir data --index photos   # salvage a corrupt index
   bucketsearch serve --data-dir data --port 8000
+  bucketsearch backup photos photos.bsbackup           # a server's index to a file
+  bucketsearch restore photos2 photos.bsbackup         # ... and back, as a new index
 """
 
 

@@ -321,6 +321,8 @@ def run(args) -> int:
         cal = calibrate(server.url)
         if cal:
             for est in cal.get("estimates") or []:  # every estimate, named, one answer each
+                if est.get("t0_ns") is None:  # e.g. observed searches: none yet
+                    continue
                 ci = est.get("ci_ns")
                 say(f"  t0 ({est.get('source')}, {est.get('estimator')}) = "
                     f"{est.get('t0_ns') or float('nan'):.3g} ns per probe"

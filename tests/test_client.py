@@ -538,3 +538,38 @@ def test_limits_given_are_lowered_by_a_413(server):
         assert c.add("given", random_words(700, 64, seed=4), np.arange(700)) == 700
         assert c.limits.max_batch == MAX_BATCH and c.limits.max_results == 5_000_000
         assert c.index("given")["size"] == 700
+
+
+def test_backup_and_restore_commands(server, tmp_path):
+    """``bucketsearch backup`` / ``restore``: the file round trip through a real server, and
+    the errors as one line naming what went wrong."""
+    with Client(server.url, api_key=WRITE_KEY) as c:
+        fresh(c, "cmd", 32)
+        words = random_words(50, 32, seed=7)
+        c.add("cmd", words, np.arange(50))
+    for name in ("cmd2", "cmd3"):
+        with Client(server.url, api_key=WRITE_KEY) as c:
+            try:
+                c.delete_index(name)
+            except NotFound:
+                pass
+
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "bucketsearch", *argv, "--url", server.url,
+                               "--api-key", WRITE_KEY], capture_output=True, text=True,
+                              timeout=120)
+
+    out = tmp_path / "cmd.bsbackup"
+    done = run("backup", "cmd", str(out))
+    assert done.returncode == 0 and f"written to {out}" in done.stdout, done.stderr
+    done = run("restore", "cmd2", str(out))
+    assert done.returncode == 0 and "restored 'cmd2': 50 items, 32 bits" in done.stdout
+    with Client(server.url, api_key=WRITE_KEY) as c:
+        assert np.array_equal(c.get("cmd2", np.arange(50), format="words"), words)
+    done = run("restore", "cmd2", str(out))  # the name exists
+    assert done.returncode == 2 and "already exists" in done.stderr
+    out.write_bytes(out.read_bytes()[:-3])
+    done = run("restore", "cmd3", str(out))
+    assert done.returncode == 2 and "checksum" in done.stderr
+    done = run("backup", "nope", str(tmp_path / "x"))
+    assert done.returncode == 2 and "not found" in done.stderr and not (tmp_path / "x").exists()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import app_client
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from helpers import app_client
 from storage_model import Model, assert_matches, clustered_pool
 
 from bucketsearch.index.codes import to_hex
@@ -204,3 +204,45 @@ def test_a_restore_that_fails_halfway_leaves_no_index(client, tmp_path):
     assert res.status_code in (201, 409)
     assert c.get("/v1/indexes/b").json()["size"] == 20
     assert len(failed) >= 5, failed  # the fault hit the restore's own writes, several times
+
+
+def test_a_backup_during_concurrent_writes_holds_every_write_acknowledged_before_it(client):
+    """Issue 13's acceptance: writes acknowledged before the backup began are all in the
+    restored index; nothing else is (each write is whole or absent), codes included."""
+    import threading
+
+    c = client
+    c.post("/v1/indexes", json={"name": "w", "bits": BITS, "mode": "single"})
+    registry = c.app.state.registry
+    live = registry.get("w").live
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set() and i < 3000:
+            live.add(POOL[[i % 50]], [i])
+            acked.append(i)  # after add returned: acknowledged
+            if i % 7 == 0:
+                live.upsert(POOL[[(i + 1) % 50]], [i])
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while len(acked) < 200:
+        pass
+    rounds = []
+    for _ in range(3):  # backups while the writer runs (merges happen meanwhile too)
+        before = set(acked)
+        data = registry.backup(registry.get("w"))
+        rounds.append((before, data))
+    stop.set()
+    thread.join()
+    for n, (before, data) in enumerate(rounds):
+        entry = registry.restore(f"r{n}", data)
+        ids, words = entry.live.state.items()
+        got = dict(zip(ids.tolist(), map(tuple, words.tolist())))
+        assert before <= set(got) <= set(acked)
+        for i, code in got.items():  # the add's code, or the upsert's that replaced it
+            upserted = (tuple(POOL[(i + 1) % 50]),) if i % 7 == 0 else ()
+            assert code in (tuple(POOL[i % 50]), *upserted)

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
                                    SettingsDep, WriteAuth)
-from bucketsearch.app.parsing import (check_batch, content_type, parse_items,
-                                     unsupported_media_type)
+from bucketsearch.app.parsing import check_batch, content_type, parse_items, unsupported_media_type
 from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, GetIn, GetOut, IndexInfo,
                                       IndexList, ItemsIn, SetMode, WriteOut, error_responses,
                                       json_or_octet_body)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 class SimulatedCrash(BaseException):
     """The process "died" at a storage call (raised by a plan with ``crash=True``); tests then
     abandon every object without closing it and recover from what is on disk."""
