@@ -19,6 +19,7 @@ EXAMPLES = """examples:
   bucketsearch engine-demo                # the engine alone, radius by radius
   bucketsearch eval --db-codes db.npy --query-codes q.npy --db-labels l.npy --query-labels m.npy
   bucketsearch reproduce                  # the RAMAP paper's tables on the embedded data
+  bucketsearch compare lsh=lsh.json itq=itq.json   # methods, paired significance tests
   bucketsearch repair --data-dir data --index photos   # salvage a corrupt index
   bucketsearch serve --data-dir data --port 8000
   bucketsearch backup photos photos.bsbackup           # a server's index to a file

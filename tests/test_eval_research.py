@@ -163,6 +163,19 @@ def test_compare_runs_and_codes(files, capsys):
     assert r"\textbf{" in tex.read_text()
 
 
+def test_the_compare_command_is_eval_compare(files, capsys):
+    """``bucketsearch compare A B`` gives what ``eval --compare A B`` gives."""
+    outs = [str(files["dir"] / f"cmp{n}.json") for n in (1, 2)]
+    common = ["--db-labels", files["yb"], "--query-labels", files["yq"], "--resamples", "500"]
+    assert main(["compare", files["good"], files["noisy"], *common, "--json", outs[0]]) == 0
+    assert main(["eval", "--compare", files["good"], files["noisy"], *common,
+                 "--json", outs[1]]) == 0
+    first, second = (json.loads(open(o).read()) for o in outs)
+    assert first["pairs"] == second["pairs"] and len(first["pairs"]) == 1
+    assert main(["compare", files["good"], *common]) == 2  # one run: a clear error
+    assert "--compare needs at least 2 runs" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--compare", "{good}"], "--compare needs at least 2 runs"),
     (["--compare", "{good}", "{noisy}", "--compare-metric", "ranking.nope@10"],

@@ -1,0 +1,159 @@
+"""Another checkout's engine (BASE) against this one, interleaved in one process.
+
+    git worktree add /tmp/base_tree a5029b1     # the code to compare with
+    BASE=/tmp/base_tree N=1000000 REPS=11 NUMBA_CACHE_DIR=$(mktemp -d) \
+        .venv/bin/python bench/bench_ab.py      # CELLS="mih r=3,mih r=4" picks cells
+
+
+The old tree is imported as package ``oldbs`` (its sources with ``bucketsearch.`` rewritten to
+``oldbs.``), so both engines run side by side on the same data, single thread. Per cell:
+``reps`` rounds, each timing old then new (order alternating per round), least thread CPU time
+of 3 calls per timing; reports median old, median new and the median, min and max of the
+per-round ratios new/old.
+"""
+import importlib.abc
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.dont_write_bytecode = True
+BASE = os.environ.get("BASE", "/tmp/base_tree")
+MAP = {"oldbs": f"{BASE}/bucketsearch", "oldbs.index": f"{BASE}/index",
+       "oldbs.app": f"{BASE}/app", "oldbs.loadtest": f"{BASE}/loadtest"}
+
+
+class Rewriter(importlib.abc.SourceLoader):
+    def __init__(self, path):
+        self.path = path
+
+    def get_filename(self, fullname):
+        return self.path
+
+    def get_data(self, path):
+        with open(path, "rb") as f:
+            return f.read().replace(b"bucketsearch.", b"oldbs.")
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "oldbs" and not name.startswith("oldbs."):
+            return None
+        parts = name.split(".")
+        for n in range(len(parts), 0, -1):
+            head = ".".join(parts[:n])
+            if head in MAP:
+                base = os.path.join(MAP[head], *parts[n:])
+                break
+        if os.path.isdir(base):
+            file = os.path.join(base, "__init__.py")
+            return importlib.util.spec_from_file_location(
+                name, file, loader=Rewriter(file), submodule_search_locations=[base])
+        file = base + ".py"
+        if os.path.exists(file):
+            return importlib.util.spec_from_file_location(name, file, loader=Rewriter(file))
+        return None
+
+
+sys.meta_path.insert(0, Finder())
+
+import numpy as np  # noqa: E402
+
+from bucketsearch.index.evaluation.synth import clustered_codes, queries_near  # noqa: E402
+from bucketsearch.index.mih import MultiIndex as NewMIH  # noqa: E402
+from bucketsearch.index.probe import HammingIndex as NewSingle  # noqa: E402
+from bucketsearch.index.scan import LinearScan as NewScan  # noqa: E402
+from oldbs.index.mih import MultiIndex as OldMIH  # noqa: E402
+from oldbs.index.probe import HammingIndex as OldSingle  # noqa: E402
+from oldbs.index.scan import LinearScan as OldScan  # noqa: E402
+
+assert OldSingle is not NewSingle and OldSingle.__module__ == "oldbs.index.probe"
+
+
+def best(fn, inner):
+    """Least thread CPU time of ``inner`` calls (the machine is shared: CPU time leaves out the
+    time the thread waited for a core; threads=1, so it is the whole search)."""
+    b = float("inf")
+    for _ in range(inner):
+        t = time.thread_time()
+        fn()
+        b = min(b, time.thread_time() - t)
+    return b
+
+
+def main():
+    n = int(os.environ.get("N", 1_000_000))
+    reps = int(os.environ.get("REPS", 7))
+    bits = 64
+    xb = clustered_codes(n, bits, n // 100, 0.01, seed=1)
+    ids = np.arange(n, dtype=np.int64)
+    xq_all = queries_near(xb, 2000, bits, flips=1, seed=7)
+    # both engines over the very same arrays (the old one loaded from the new one's snapshot;
+    # the formats did not change), MIH sharing one visit-stamp pool: only the code differs
+    idx = {}
+    for name, cls in (("single", (OldSingle, NewSingle)), ("mih", (OldMIH, NewMIH)),
+                      ("scan", (OldScan, NewScan))):
+        ix = cls[1](bits)
+        ix.add(xb, ids)
+        meta, arrays = ix.snapshot()
+        old = cls[0].from_snapshot(bits, meta, arrays)
+        if name == "mih":
+            old._stamps = ix._stamps
+        for which, one in (("old", old), ("new", ix)):
+            one.threads = 1
+            idx[(name, which)] = one
+    cells = []
+    for r, nq in ((0, 2000), (1, 2000), (2, 400), (3, 40), (4, 4)):
+        cells.append((f"single r={r}", "single", nq, lambda ix, xq, r=r: ix.range_search(xq, r)))
+    for r in range(5):
+        cells.append((f"mih r={r}", "mih", 1000, lambda ix, xq, r=r: ix.range_search(xq, r)))
+    for r in (0, 2, 4):
+        cells.append((f"scan r={r}", "scan", 10, lambda ix, xq, r=r: ix.range_search(xq, r)))
+    for name, nq in (("single", 500), ("mih", 500), ("scan", 10)):
+        cells.append((f"{name} k-NN k=10", name, nq, lambda ix, xq: ix.search(xq, 10)))
+    cells.append(("single r=2 stats", "single", 400,
+                  lambda ix, xq: ix.range_search(xq, 2, stats=True)))
+    cells.append(("mih r=3 stats", "mih", 1000,
+                  lambda ix, xq: ix.range_search(xq, 3, stats=True)))
+    only = os.environ.get("CELLS")
+    if only:
+        cells = [c for c in cells if c[0] in only.split(",")]
+    # same answers, and compile/warm every cell before timing
+    for label, name, nq, fn in cells:
+        xq = xq_all[:nq]
+        a, b = fn(idx[(name, "old")], xq), fn(idx[(name, "new")], xq)
+        for x, y in zip(a[:3], b[:3]):
+            assert np.array_equal(x, y), label
+    rows = []
+    print(f"loadavg before: {open('/proc/loadavg').read().strip()}", flush=True)
+    for label, name, nq, fn in cells:
+        xq = xq_all[:nq]
+        old_t, new_t, ratios = [], [], []
+        for rep in range(reps):
+            order = ("old", "new") if rep % 2 == 0 else ("new", "old")
+            t = {}
+            for which in order:
+                ix = idx[(name, which)]
+                t[which] = best(lambda: fn(ix, xq), 3)
+            old_t.append(t["old"])
+            new_t.append(t["new"])
+            ratios.append(t["new"] / t["old"])
+        row = {"cell": label, "nq": nq, "old_us_per_q": statistics.median(old_t) / nq * 1e6,
+               "new_us_per_q": statistics.median(new_t) / nq * 1e6,
+               "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
+               "ratio_max": max(ratios)}
+        rows.append(row)
+        print(f"{label:22s} nq={nq:5d} old {row['old_us_per_q']:10.2f} us/q  new "
+              f"{row['new_us_per_q']:10.2f} us/q  new/old median {row['ratio_median']:.3f} "
+              f"[{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]", flush=True)
+    print(f"loadavg after: {open('/proc/loadavg').read().strip()}")
+    out = os.environ.get("OUT", "bench/out/bench_ab.json")
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
