@@ -101,6 +101,19 @@ def write_stale_files(prom: Path) -> None:
     (prom / f"counter_{STALE_PID}.db").write_bytes(b"\0" * 64)
 
 
+def wait_all_workers_ready(url: str, in_a_row: int = 20, timeout: float = 120) -> None:
+    """/readyz answered 200 by one worker says nothing of the other, which may still be
+    starting (and answer 503 "not ready"): wait for ``in_a_row`` 200s over fresh
+    connections, which the workers accept in turn."""
+    deadline, streak = time.monotonic() + timeout, 0
+    while streak < in_a_row:
+        assert time.monotonic() < deadline, "the workers did not all become ready"
+        ok = httpx.get(url + "/readyz", timeout=30).status_code == 200
+        streak = streak + 1 if ok else 0
+        if not ok:
+            time.sleep(0.1)
+
+
 @pytest.fixture
 def workers_server(tmp_path):
     data, prom = tmp_path / "data", tmp_path / "prom"
@@ -110,6 +123,7 @@ def workers_server(tmp_path):
                                      "BUCKETSEARCH_WARMUP": "0",
                                      "BUCKETSEARCH_CALIBRATION_QUERIES": "0"})
     server.start(timeout=180)
+    wait_all_workers_ready(server.url)
     yield server, prom, codes
     server.kill()
 
