@@ -35,24 +35,24 @@ def lsh_codes(xb, xq, bits: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]
     return ((xb - mu) @ w > 0).astype(np.uint8), ((xq - mu) @ w > 0).astype(np.uint8)
 
 
-def same_extension(db_codes, q_codes, s: int) -> tuple[np.ndarray, np.ndarray]:
-    """Append ``s`` bits equal to 1 on both sides (distances unchanged, Q grows by s)."""
+def _extend(db_codes, q_codes, s: int, db_bit: int, q_bit: int):
+    """Append ``s`` bits, ``db_bit`` on the database side and ``q_bit`` on the query side."""
     if s < 0:
         raise ValueError(f"s must be >= 0, got {s}")
     db = np.asarray(db_codes, dtype=np.uint8)
     q = np.asarray(q_codes, dtype=np.uint8)
-    return (np.hstack([db, np.ones((len(db), s), np.uint8)]),
-            np.hstack([q, np.ones((len(q), s), np.uint8)]))
+    return (np.hstack([db, np.full((len(db), s), db_bit, np.uint8)]),
+            np.hstack([q, np.full((len(q), s), q_bit, np.uint8)]))
+
+
+def same_extension(db_codes, q_codes, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """Append ``s`` bits equal to 1 on both sides (distances unchanged, Q grows by s)."""
+    return _extend(db_codes, q_codes, s, 1, 1)
 
 
 def different_extension(db_codes, q_codes, s: int) -> tuple[np.ndarray, np.ndarray]:
     """Append ``s`` bits: 0 on the database side, 1 on the query side (distances grow by s)."""
-    if s < 0:
-        raise ValueError(f"s must be >= 0, got {s}")
-    db = np.asarray(db_codes, dtype=np.uint8)
-    q = np.asarray(q_codes, dtype=np.uint8)
-    return (np.hstack([db, np.zeros((len(db), s), np.uint8)]),
-            np.hstack([q, np.ones((len(q), s), np.uint8)]))
+    return _extend(db_codes, q_codes, s, 0, 1)
 
 
 def pca_basis(xb) -> tuple[np.ndarray, np.ndarray]:

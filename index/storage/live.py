@@ -817,7 +817,7 @@ class LiveIndex:
             return False
         checked = time.monotonic()
         pos = follow.read_position(self.directory)
-        if pos is None or pos[:2] == self._applied[:2] and pos.snapshot == self._applied.snapshot:
+        if pos is None or pos == self._applied:
             self._caught_up_at = checked
             return False
         if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:

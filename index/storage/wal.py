@@ -53,7 +53,7 @@ OP_ADD = b"A"
 OP_DELETE = b"D"
 OP_UPSERT = b"U"  # laid out as an add; applied as a delete of the ids, then their add
 _WITH_WORDS = {"add": OP_ADD, "upsert": OP_UPSERT}
-_KIND_OF = {OP_ADD: "add", OP_UPSERT: "upsert"}
+_KIND_OF = {tag: kind for kind, tag in _WITH_WORDS.items()}
 #: Upper bound of one record's payload; a larger length field means a corrupt header.
 MAX_RECORD_BYTES = 1 << 31
 _SEGMENT_RE = re.compile(r"^wal-(\d{8})\.log$")
