@@ -120,6 +120,89 @@ def test_the_commit_position_file_is_checked(tmp_path):
     assert follower is None
 
 
+# ------------------------------------------------------------- read-side faults
+def _writer_ahead(tmp_path, merges: int):
+    """A writer with items 0..9, a follower caught up to them, then items 10..19 and an upsert
+    the follower has not seen yet, with ``merges`` merges among them (the follower must
+    reload; after three, the first log segments are gone)."""
+    writer = LiveIndex(tmp_path, BITS, "single", **KW)
+    model = Model(BITS)
+    writer.add(POOL[:10], np.arange(10))
+    model.apply(("add", np.arange(10), POOL[:10]))
+    follower = LiveIndex(tmp_path, BITS, "single", read_only=True)
+    seen = model.copy()
+    for i in range(max(merges, 1)):
+        ids = np.arange(10 + 5 * i, 15 + 5 * i)
+        writer.add(POOL[ids], ids)
+        model.apply(("add", ids, POOL[ids]))
+        if merges:
+            writer.merge()
+    writer.upsert(POOL[[30]], [3])
+    model.apply(("upsert", np.array([3]), POOL[[30]]))
+    return writer, follower, model, seen
+
+
+def _rewind(follower, saved) -> None:
+    """Put a follower back where it was (to replay one catch-up with a fault elsewhere)."""
+    follower.state, follower._applied, follower.mode, follower.substrings = saved
+
+
+@pytest.mark.parametrize("merges", [0, 1, 3], ids=["records", "reload", "reload-3-merges"])
+def test_a_read_fault_during_catch_up_leaves_the_follower_as_it_was(tmp_path, merges):
+    """EIO on each read of a catch-up in turn (the commit position, a segment, a snapshot's
+    files): the follower either raises and keeps answering from the state it had (never half a
+    catch-up), or absorbs the fault (an unreadable newest snapshot: the previous generation and
+    the log) and shows the writer's state exactly; a catch-up without faults then gets
+    everything, at the writer's position."""
+    writer, follower, model, seen = _writer_ahead(tmp_path, merges)
+    saved = (follower.state, follower._applied, follower.mode, follower.substrings)
+    failed = 0
+    for at in range(1, 200):
+        _rewind(follower, saved)
+        plan = FaultPlan(at=at, ops=("read",), errno=errno.EIO)
+        with fsio.inject(plan):
+            try:
+                follower.catch_up()
+            except OSError:
+                failed += 1
+                assert follower.applied == saved[1]
+                assert_matches(follower, seen, XQ)
+                continue
+        # absorbed (an unreadable newest snapshot: the previous generation and the log): the
+        # writer's state exactly, and the next catch-up adopts the writer's snapshot
+        assert_matches(follower, model, XQ)
+        if not plan.fired:  # past the last read: every read has failed once
+            assert follower.applied == writer.applied
+            break
+        follower.catch_up()
+        assert follower.applied == writer.applied
+        assert_matches(follower, model, XQ)
+    else:
+        raise AssertionError("the catch-up kept reading")
+    assert failed >= 2  # at least the commit position and one segment or snapshot file
+    _rewind(follower, saved)
+    assert follower.catch_up()
+    assert follower.applied == writer.applied
+    assert_matches(follower, model, XQ)
+    writer.close()
+    follower.close()
+
+
+def test_a_torn_commit_position_fails_the_catch_up_not_the_follower(tmp_path):
+    writer, follower, model, seen = _writer_ahead(tmp_path, merges=0)
+    position = (tmp_path / follow.COMMIT_FILE).read_bytes()
+    for torn in (position[:0], position[:7], position + b"x"):
+        (tmp_path / follow.COMMIT_FILE).write_bytes(torn)
+        with pytest.raises(OSError, match=follow.COMMIT_FILE):
+            follower.catch_up()
+        assert_matches(follower, seen, XQ)
+    (tmp_path / follow.COMMIT_FILE).write_bytes(position)
+    assert follower.catch_up()
+    assert_matches(follower, model, XQ)
+    writer.close()
+    follower.close()
+
+
 # ------------------------------------------------------------------- two real servers
 def wait_until(check, timeout=20.0):
     deadline = time.monotonic() + timeout
