@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 SNAPSHOT_META = "snapshot.json"
 _SNAP_RE = re.compile(r"^snap-(\d{8})$")
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
+MAX_ID = 2**63 - 1  # ids are int64 >= 0
 
 
 class DuplicateIdError(ValueError):
@@ -111,22 +112,25 @@ class LiveState:
     delta_words: np.ndarray
     tombstones: np.ndarray  # sorted int64 ids of the main index deleted since the last merge
     version: int = 0
+    id_high: int = -1  # the largest id ever written (kept in snapshots): see next_id
 
     @property
     def ntotal(self) -> int:
         return int(len(self.main_ids_sorted) - len(self.tombstones) + len(self.delta_ids))
 
     def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray,
-                   version: int | None = None) -> LiveState:
-        """The same main index with another delta and tombstones (and version, if given)."""
+                   version: int | None = None, id_high: int = -1) -> LiveState:
+        """The same main index with another delta and tombstones (and version, if given);
+        ``id_high`` raised to the largest id in the delta or ``id_high``."""
         delta = None
         if len(ids):
             delta = LinearScan(self.bits)
             # ids were validated when written (unique, not live); _rebuild only sets the arrays,
             # where add() would re-check uniqueness at O(n log n) on every write
             delta._rebuild(words, ids)
+        id_high = max(self.id_high, id_high, int(ids.max()) if len(ids) else -1)
         return LiveState(self.bits, self.main, self.main_ids_sorted, delta, ids, words,
-                         tombstones, self.version if version is None else version)
+                         tombstones, self.version if version is None else version, id_high)
 
     def in_main(self, ids: np.ndarray) -> np.ndarray:
         pos = np.searchsorted(self.main_ids_sorted, ids)
@@ -171,6 +175,14 @@ class LiveState:
             words[hit] = self.delta_words[rows[hit]]
             found |= hit
         return found, words
+
+    @property
+    def next_id(self) -> int:
+        """The first id an insert without ids gets: one more than the largest id ever written
+        to this index (deleted ones included: an id is never given twice; snapshots keep the
+        mark, a restore starts from the largest id it holds)."""
+        top = int(self.main_ids_sorted[-1]) if len(self.main_ids_sorted) else -1
+        return max(top, self.id_high) + 1
 
     def live_mask(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` are currently live (present and not deleted)."""
@@ -339,7 +351,8 @@ def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
         hit = d_ids[state.in_main(d_ids)]
         if len(hit):
             tomb = np.union1d(tomb, hit)
-    return state.with_delta(a_ids[rows], a_words[rows], tomb)
+    return state.with_delta(a_ids[rows], a_words[rows], tomb,
+                            id_high=int(a_ids.max()) if n_add else -1)
 
 
 def _expand_upsert(op: Op) -> list[Op]:
@@ -360,7 +373,7 @@ def _apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveStat
         tomb = np.union1d(tomb, hit) if len(hit) else tomb
     if op.kind in ("add", "upsert"):
         ids, words = np.concatenate([ids, op.ids]), np.concatenate([words, op.words])
-    return state.with_delta(ids, words, tomb, version)
+    return state.with_delta(ids, words, tomb, version)  # id_high: the delta holds op.ids
 
 
 def _snapshot_dirs(directory: Path) -> list[tuple[int, Path]]:
@@ -422,6 +435,7 @@ class LiveIndex:
         self._merge_thread: threading.Thread | None = None
         self._merge_backoff = 0.0
         self._merge_not_before = 0.0
+        self._snapshot_id_high = -1  # the id_high of the snapshot loaded last (_load_main)
         self.merges = 0
         self.last_merge: float | None = None
         self.last_merge_error: str | None = None
@@ -452,6 +466,7 @@ class LiveIndex:
                              f"expected bits={self.bits} mode={expected_mode or self.mode!r}")
         main = load_index(snap_dir / "main", mmap=self.mmap, expected_kind=mode)
         main.max_probes = self.max_probes
+        self._snapshot_id_high = int(meta.get("id_high", -1))  # absent before it was kept
         if expected_mode is None:  # recovery: the snapshot's mode is the index's
             self.mode, self.substrings = mode, meta.get("substrings", self.substrings)
         return main
@@ -538,7 +553,8 @@ class LiveIndex:
                                             through)
         self.recovery.records = len(ops)
         self._caught_up_at = time.monotonic()
-        state = self._base_state(main, version=0)
+        state = self._base_state(main, version=0,
+                                 id_high=self._snapshot_id_high if through >= 0 else -1)
         try:
             self.state = apply_ops(state, ops, replace_live=self.repair)
         except ValueError as exc:
@@ -563,11 +579,11 @@ class LiveIndex:
                     self.directory.name, path.name, len(kept.ops), kept.lost)
         return kept.ops
 
-    def _base_state(self, main, version: int) -> LiveState:
+    def _base_state(self, main, version: int, id_high: int = -1) -> LiveState:
         ids = np.sort(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
         w = n_words(self.bits)
         return LiveState(self.bits, main, ids, None, _EMPTY_IDS,
-                         np.empty((0, w), dtype=np.uint64), _EMPTY_IDS, version)
+                         np.empty((0, w), dtype=np.uint64), _EMPTY_IDS, version, id_high)
 
     @property
     def merging(self) -> bool:
@@ -622,6 +638,22 @@ class LiveIndex:
             self._log(Op("add", ids, words))
         self._maybe_merge()
         return len(ids)
+
+    def add_next(self, codes) -> tuple[int, int]:
+        """Insert codes with the ids ``next_id, next_id + 1, ...`` (:attr:`LiveState.next_id`,
+        taken under the write lock: two concurrent calls never get the same ids); returns
+        ``(first_id, count)`` once the WAL record is fsynced."""
+        self._check_writable()
+        words = np.ascontiguousarray(as_words(codes, self.bits))
+        with self._write_lock:
+            first = self.state.next_id
+            if len(words) == 0:
+                return first, 0
+            if first + len(words) - 1 > MAX_ID:
+                raise ValueError(f"ids: {len(words)} new ids from {first} overflow int64")
+            self._log(Op("add", np.arange(first, first + len(words), dtype=np.int64), words))
+        self._maybe_merge()
+        return first, len(words)
 
     def upsert(self, codes, ids) -> tuple[int, int]:
         """Insert or replace: each id gets its new code, in one durable WAL record (all of the
@@ -722,14 +754,16 @@ class LiveIndex:
                 new_main = self._new_main(mode, substrings)
                 if len(ids):
                     new_main.add(words, ids=ids)
-                snap_dir = self._write_snapshot(new_main, through, mode, substrings)
+                snap_dir = self._write_snapshot(new_main, through, mode, substrings,
+                                                frozen.id_high)
                 # read back: checksums of what is on disk
                 verified = self._load_main(snap_dir, expected_mode=mode)
                 if self.mmap:
                     new_main = verified
                 with self._write_lock:
                     self.mode, self.substrings = mode, substrings
-                    base = self._base_state(new_main, self.state.version + 1)
+                    base = self._base_state(new_main, self.state.version + 1,
+                                            self.state.id_high)
                     self.state = apply_ops(base, self._during_merge, check=False)
             finally:
                 with self._write_lock:
@@ -746,7 +780,8 @@ class LiveIndex:
             self._cleanup()
             return True
 
-    def _write_snapshot(self, main, through: int, mode: str, substrings: int | None) -> Path:
+    def _write_snapshot(self, main, through: int, mode: str, substrings: int | None,
+                        id_high: int) -> Path:
         final = self.directory / f"snap-{through:08d}"
         tmp = self.directory / f".snap-{through:08d}.tmp"
         if tmp.exists():
@@ -755,7 +790,7 @@ class LiveIndex:
         try:
             main.save(tmp / "main")
             meta = {"wal_through": through, "bits": self.bits, "mode": mode,
-                    "substrings": substrings, "ntotal": int(main.ntotal)}
+                    "substrings": substrings, "ntotal": int(main.ntotal), "id_high": id_high}
             fsio.write_file(tmp / SNAPSHOT_META, json.dumps(meta).encode())
             fsio.fsync_path(tmp)
             if final.exists():  # an earlier attempt that was renamed but not verified
