@@ -5,6 +5,13 @@
 * ``monotonic_ns()``: ``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds, callable from
   nopython code. It is declared as an external symbol (not a ctypes pointer), so kernels that
   call it can still be cached on disk.
+* ``cycle_counter()``: the CPU's time-stamp counter (LLVM ``readcyclecounter``, RDTSC on
+  x86-64), in ticks; :func:`ns_per_tick` converts. An instruction, not a call: a kernel whose
+  query loop holds a ``clock_gettime`` call (even on a branch not taken, ``stats=False``) was
+  measured 40 ns per query slower at radius 0 (bench/bench_small_radii.py), and the read
+  itself costs about 6 ns instead of 25. The small-radius kernels use it; requires a constant,
+  synchronized TSC (Linux's ``tsc`` clock source); elsewhere :func:`ns_per_tick` still
+  calibrates it against ``time.perf_counter_ns``.
 """
 from __future__ import annotations
 
@@ -87,6 +94,45 @@ def monotonic_ns(typingctx):
     return sig, codegen
 
 
+@intrinsic
+def cycle_counter(typingctx):
+    """Time-stamp counter in ticks (``llvm.readcyclecounter``); see :func:`ns_per_tick`."""
+    sig = types.int64()
+
+    def codegen(context, builder, signature, args):
+        fn_type = ir.FunctionType(ir.IntType(64), [])
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=fn_type)
+        return builder.call(fn, [])
+
+    return sig, codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _read_cycle_counter():
+    return cycle_counter()
+
+
+_NS_PER_TICK: list[float] = []
+
+
+def ns_per_tick() -> float:
+    """Nanoseconds per :func:`cycle_counter` tick, measured once per process (a 20 ms busy
+    wait against ``time.perf_counter_ns``); 1.0 when the kernels run as Python."""
+    if not _NS_PER_TICK:
+        import time
+
+        if numba.config.DISABLE_JIT:
+            _NS_PER_TICK.append(1.0)
+        else:
+            _read_cycle_counter()  # compiled
+            t0, c0 = time.perf_counter_ns(), _read_cycle_counter()
+            while time.perf_counter_ns() - t0 < 20_000_000:
+                pass
+            t1, c1 = time.perf_counter_ns(), _read_cycle_counter()
+            _NS_PER_TICK.append((t1 - t0) / max(c1 - c0, 1))
+    return _NS_PER_TICK[0]
+
+
 def _python_twins():
     """The four intrinsics as plain Python, same result types: with ``NUMBA_DISABLE_JIT=1``
     every kernel runs as Python (``make coverage-kernels`` measures the kernel bodies that
@@ -108,11 +154,14 @@ def _python_twins():
     def monotonic_ns():
         return np.int64(time.monotonic_ns())
 
-    return {f.__name__: f for f in (popcount64, ctz64, clz64, monotonic_ns)}
+    def cycle_counter():
+        return np.int64(time.monotonic_ns())
+
+    return {f.__name__: f for f in (popcount64, ctz64, clz64, monotonic_ns, cycle_counter)}
 
 
 if numba.config.DISABLE_JIT:
-    globals().update(_python_twins())  # rebinds popcount64, ctz64, clz64 and monotonic_ns
+    globals().update(_python_twins())  # rebinds the intrinsics above
 
 
 def default_threads() -> int:

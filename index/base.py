@@ -63,6 +63,16 @@ def check_max_results(max_results) -> int:
     return int(max_results)
 
 
+def raise_if_reached(max_results, reached: int, lims: np.ndarray) -> None:
+    """:func:`raise_if_over` of the resumable kernels: ``reached >= 0`` when a chunk stopped at
+    the cap (its count, summed over the chunks), else the batch's total is checked."""
+    if max_results is None:
+        return
+    total = max(int(reached), int(lims[-1]))
+    if reached >= 0 or total > max_results:
+        raise ResultLimitError(max_results, total)
+
+
 def raise_if_over(max_results, stop: np.ndarray, reached: list[int], lims: np.ndarray) -> None:
     """Raise :class:`ResultLimitError` when a chunk stopped at the cap (``stop[0]`` set) or the
     chunks together passed it; ``reached`` holds each chunk's count at its return."""
@@ -250,6 +260,118 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
     D = np.concatenate([p[1] for p in parts])
     I = np.concatenate([p[2] for p in parts])
     return lims, D, I, [p[3:] for p in parts]
+
+
+class _OutputBuffers(threading.local):
+    """Per-thread result buffers of the resumable kernels, reused from call to call (a search
+    copies out what it returns), so a small search allocates only its results."""
+
+    def __init__(self):
+        self.d = np.empty(OUTPUT_BUFFER_START, dtype=np.int32)
+        self.i = np.empty(OUTPUT_BUFFER_START, dtype=np.int64)
+        self.hits = np.empty(OUTPUT_BUFFER_START, dtype=np.int64)
+
+    def grow(self, n_out: int) -> None:
+        """Twice the room, the first ``n_out`` entries kept."""
+        size = 2 * len(self.i)
+        d, i = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int64)
+        d[:n_out], i[:n_out] = self.d[:n_out], self.i[:n_out]
+        self.d, self.i = d, i
+
+    def shrink(self) -> None:
+        """Give back a buffer a large search grew past :data:`OUTPUT_BUFFER_KEEP` entries."""
+        if len(self.i) > OUTPUT_BUFFER_KEEP or len(self.hits) > OUTPUT_BUFFER_KEEP:
+            self.__init__()
+
+
+OUTPUT_BUFFER_START = 4096
+OUTPUT_BUFFER_KEEP = 1 << 20
+_BUFFERS = _OutputBuffers()
+_NO_STATS = np.zeros((0, 0, 0), dtype=np.int64)
+_NO_NS = np.zeros(0, dtype=np.int64)
+
+
+def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: int):
+    """Run a resumable kernel over all of ``xq`` on the calling thread.
+
+    ``kernel(xq, q_start, n_out, lims, out_d, out_i, hits, stats, total_ns) -> (q_end, n_out,
+    reached, need)`` writes into this thread's reusable output buffers and stops when they are
+    full, or its ``hits`` scratch needs ``need`` entries (then they are grown and the kernel
+    resumes at ``q_end``), or when the result cap is passed (``reached >= 0``). Returns
+    ``(lims, D, I, stats, total_ns, reached)``; ``stats`` ``(rows, nq, width)`` and
+    ``total_ns`` are allocated only ``with_stats``.
+    """
+    nq = len(xq)
+    buf = _BUFFERS
+    lims = np.empty(nq + 1, dtype=np.int64)
+    lims[0] = 0
+    if with_stats:
+        stats = np.zeros((rows, nq, width), dtype=np.int64)
+        total_ns = np.zeros(nq, dtype=np.int64)
+    else:
+        stats, total_ns = _NO_STATS, _NO_NS
+    q, n_out, reached = 0, 0, -1
+    while True:
+        q, n_out, reached, need = kernel(xq, q, n_out, lims, buf.d, buf.i, buf.hits, stats,
+                                         total_ns)
+        if q >= nq or reached >= 0:
+            break
+        if need:
+            buf.hits = np.empty(2 * need, dtype=np.int64)
+        else:
+            buf.grow(n_out)
+    if reached >= 0:
+        lims[q + 1:] = n_out
+    D, I = buf.d[:n_out].copy(), buf.i[:n_out].copy()
+    if len(buf.i) > OUTPUT_BUFFER_KEEP or len(buf.hits) > OUTPUT_BUFFER_KEEP:
+        buf.shrink()
+    return lims, D, I, stats, total_ns, reached
+
+
+def run_resumable_chunked(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: int,
+                          threads: int | None):
+    """:func:`run_resumable` over query chunks on the shared pool (batches of at least
+    :data:`PARALLEL_MIN_QUERIES` with ``threads > 1``), on the calling thread otherwise.
+
+    Returns ``lims, D, I`` and, when ``with_stats``, a :class:`SearchStats` (radii: every
+    radius ``0..width - 1`` searched); ``reached`` is the sum of the chunks' counts at a stop
+    by the result cap (-1: none).
+    """
+    nq = len(xq)
+    if nq < PARALLEL_MIN_QUERIES or threads == 1 or (threads is None
+                                                     and default_threads() <= 1):
+        lims, D, I, stats, total_ns, reached = run_resumable(kernel, xq, width, with_stats,
+                                                             rows)
+        if not with_stats:  # the single-query path: nothing more to assemble
+            return lims, D, I, None, reached
+        parts = [(lims, D, I, stats, total_ns, reached)]
+    else:
+        threads = threads or default_threads()
+        bounds = np.linspace(0, nq, min(threads, nq) + 1).astype(int)
+        chunks = [xq[a:b] for a, b in zip(bounds, bounds[1:])]
+        futures = [_chunk_pool().submit(run_resumable, kernel, c, width, with_stats, rows)
+                   for c in chunks[1:]]
+        parts = [run_resumable(kernel, chunks[0], width, with_stats, rows)]
+        parts += [f.result() for f in futures]
+    if len(parts) == 1:
+        lims, D, I = parts[0][:3]
+    else:
+        lims = np.zeros(nq + 1, dtype=np.int64)
+        np.cumsum(np.concatenate([np.diff(p[0]) for p in parts]), out=lims[1:])
+        D = np.concatenate([p[1] for p in parts])
+        I = np.concatenate([p[2] for p in parts])
+    reached = -1
+    if any(p[5] >= 0 for p in parts):
+        reached = sum(p[5] if p[5] >= 0 else int(p[0][-1]) for p in parts)
+    st = None
+    if with_stats:
+        s = np.concatenate([p[3] for p in parts], axis=1) if len(parts) > 1 else parts[0][3]
+        total_ns = np.concatenate([p[4] for p in parts]) if len(parts) > 1 else parts[0][4]
+        extra = dict(zip(CANDIDATE_FIELDS, s[len(STAT_FIELDS):]))
+        st = SearchStats(*s[:len(STAT_FIELDS)], radii=np.full(nq, width, dtype=np.int64),
+                         total_ns=total_ns,
+                         scanned_from=np.full(nq, -1, dtype=np.int64), **extra)
+    return lims, D, I, st, reached
 
 
 class IndexBase:

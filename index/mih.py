@@ -32,6 +32,12 @@ Statistics per query and radius step ``R`` (arrays ``(nq, R + 1)`` like
 ``candidates`` and ``unique_candidates``; ``scanned_from`` ``(nq,)`` is the step at which a k-NN
 query switched to a scan (below), -1 when it did not.
 
+Range search of one-word codes (Q <= 64) with ``R < m`` takes a shorter path,
+:func:`_mih_exact_kernel`: every substring probed is searched at radius 0, so the search is
+``R + 1`` exact lookups, and a candidate already met is recognised by its XOR with the query
+(it is 0 on an earlier substring) instead of a visit stamp (issue 17; bench/RESULTS.md,
+small radii).
+
 k-NN grows the radius step by step. When the next step would push the query over ``max_probes``
 or would probe more substring buckets than there are items, it verifies every item not seen yet
 instead (a scan of the shared array, exact), so k-NN never raises. Range search raises
@@ -45,15 +51,16 @@ import threading
 
 import numpy as np
 
-from bucketsearch.index._jit import monotonic_ns, njit
+from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                                     check_max_results, raise_if_over, run_chunked,
-                                     stats_from_chunks)
+                                     check_max_results, raise_if_over, raise_if_reached,
+                                     run_chunked, run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
-from bucketsearch.index.kernels import (CANDIDATES, LOOKUP_NS, UNIQUE_CANDIDATES, chunk_outputs,
-                                        chunk_result, counting_sort, grow, hamming, record_radius)
+from bucketsearch.index.kernels import (CANDIDATES, ITEMS, LOOKUP_NS, UNIQUE_CANDIDATES,
+                                        chunk_outputs, chunk_result, counting_sort, grow, hamming,
+                                        record_radius)
 from bucketsearch.index.probe import _probe_radius_word
-from bucketsearch.index.table import BucketTable, _sort_order
+from bucketsearch.index.table import HASH_MULTIPLIER, BucketTable, _sort_order, filter_word_mask
 
 MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
@@ -303,6 +310,128 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                         reached) + (stamp,)
 
 
+@njit(inline="always")
+def _find_in_table(key, j, codes, code_base, slots, slot_base, bitmap, bitmap_base, table_shift,
+                   filter_shift, direct):
+    """Bucket of substring value ``key`` in table ``j`` of the flat (concatenated) arrays, or
+    -1: :func:`index.table.find_bucket_word` with the table's offsets instead of its views
+    (a view per lookup would be refcounted)."""
+    sb = slot_base[j]
+    if direct[j]:
+        return slots[sb + np.int64(key)]
+    h = key * HASH_MULTIPLIER
+    f, fbits = filter_word_mask(h, filter_shift[j])
+    if bitmap[bitmap_base[j] + np.int64(f)] & fbits != fbits:
+        return -1
+    mask = np.uint64(slot_base[j + 1] - sb - 1)
+    s = h >> table_shift[j]
+    cb = code_base[j]
+    while True:
+        b = slots[sb + np.int64(s)]
+        if b < 0 or codes[cb + b, 0] == key:
+            return b
+        s = (s + np.uint64(1)) & mask
+
+
+@njit(inline="always")
+def _sort_pairs(out_d, out_i, lo, hi):
+    """Order ``out[lo:hi]`` by (distance, id): insertion sort for a few entries, else a stable
+    sort by id followed by a stable sort by distance."""
+    if hi - lo <= 32:
+        for a in range(lo + 1, hi):
+            d = out_d[a]
+            v = out_i[a]
+            c = a - 1
+            while c >= lo and (out_d[c] > d or (out_d[c] == d and out_i[c] > v)):
+                out_d[c + 1] = out_d[c]
+                out_i[c + 1] = out_i[c]
+                c -= 1
+            out_d[c + 1] = d
+            out_i[c + 1] = v
+        return
+    order = np.argsort(out_i[lo:hi], kind="mergesort")
+    d_sorted = out_d[lo:hi][order]
+    i_sorted = out_i[lo:hi][order]
+    order = np.argsort(d_sorted, kind="mergesort")
+    out_d[lo:hi] = d_sorted[order]
+    out_i[lo:hi] = i_sorted[order]
+
+
+@njit
+def _mih_exact_kernel(xq, R, sub_shift, sub_mask, with_stats, tick_ns, max_results, codes,
+                      code_base, slots, slot_base, bitmap, bitmap_base, table_shift,
+                      filter_shift, direct, offsets, offset_base, positions, words, ids,
+                      q_start, n_out, lims, out_d, out_i, hits, stats, total_ns):
+    """Range search of one-word codes for ``R < m``: the pigeonhole rule with every substring
+    searched at radius 0 (an item within ``R`` equals the query exactly on one of the
+    substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups.
+
+    No visit stamps: a candidate of substring ``j`` was already met at an earlier step exactly
+    when it also equals the query on one of the substrings ``0..j-1`` (a mask test on the XOR
+    of the full codes, which verification computes anyway). Substring ``j`` of code ``v`` is
+    ``(v >> sub_shift[j]) & sub_mask[j]``. Output and resumption as
+    :func:`index.probe._range_word_kernel` (``(q_end, n_out, reached, need)``, ``hits``
+    unused); statistics per step
+    (``(7, nq, R + 1)`` with ``with_stats``) as :func:`_mih_kernel`'s.
+    """
+    nq = xq.shape[0]
+    ntotal = len(ids)
+    cap = len(out_i)
+    t_prev = cycle_counter() if with_stats else 0
+    for qi in range(q_start, nq):
+        q = xq[qi, 0]
+        start = n_out
+        t_query = t_prev
+        for j in range(R + 1):
+            b = _find_in_table((q >> sub_shift[j]) & sub_mask[j], j, codes, code_base, slots,
+                               slot_base, bitmap, bitmap_base, table_shift, filter_shift, direct)
+            unique = 0
+            cands = 0
+            if b >= 0:
+                ob = offset_base[j]
+                pb = j * ntotal
+                lo = pb + offsets[ob + b]
+                hi = pb + offsets[ob + b + 1]
+                cands = hi - lo
+                for t in range(lo, hi):
+                    p = positions[t]
+                    diff = q ^ words[p, 0]
+                    seen = False
+                    for jj in range(j):
+                        if (diff >> sub_shift[jj]) & sub_mask[jj] == 0:
+                            seen = True
+                            break
+                    if seen:
+                        continue
+                    unique += 1
+                    d = popcount64(diff)
+                    if d <= R:
+                        if n_out + 1 > max_results:
+                            return qi, start, n_out + 1, 0
+                        if n_out >= cap:
+                            return qi, start, -1, 0
+                        out_d[n_out] = d
+                        out_i[n_out] = ids[p]
+                        n_out += 1
+            if with_stats:
+                record_radius(stats, qi, j, 1, 1 if b >= 0 else 0, 0)
+                stats[CANDIDATES, qi, j] = cands
+                stats[UNIQUE_CANDIDATES, qi, j] = unique
+                t_now = cycle_counter()
+                stats[LOOKUP_NS, qi, j] = int((t_now - t_prev) * tick_ns)
+                t_prev = t_now
+        if n_out - start > 1:
+            _sort_pairs(out_d, out_i, start, n_out)
+        lims[qi + 1] = n_out
+        if with_stats:
+            for t in range(start, n_out):
+                stats[ITEMS, qi, out_d[t]] += 1
+            t_now = cycle_counter()
+            total_ns[qi] = int((t_now - t_query) * tick_ns)
+            t_prev = t_now
+    return nq, n_out, -1, 0
+
+
 class _StampPool:
     """Visit-stamp arrays (int32 over the items), one per concurrently running chunk."""
 
@@ -392,6 +521,9 @@ class MultiIndex(IndexBase):
         self._table_shift = np.array([t.table_shift for t in self.tables], dtype=np.uint64)
         self._filter_shift = np.array([t.filter_shift for t in self.tables], dtype=np.uint64)
         self._direct = np.array([t.direct for t in self.tables], dtype=np.bool_)
+        # one-word codes: substring j of value v is (v >> shift_j) & mask_j
+        self._sub_shift = (self.bits - starts - widths).astype(np.uint64)
+        self._sub_mask = np.array([(1 << int(w)) - 1 for w in widths], dtype=np.uint64)
         self._stamps.reset(len(ids))
 
     @property
@@ -431,6 +563,8 @@ class MultiIndex(IndexBase):
 
     # ------------------------------------------------------------------ search
     def _run(self, xq, max_radius, k, stats, max_results=None):
+        if k < 0 and xq.shape[1] == 1 and max_radius < self.substrings:
+            return self._run_exact(xq, max_radius, stats, max_results)
         per_step = self._step_array(max_radius)
         flat, bases = self.flat, self.bases
         stop = np.zeros(1, dtype=np.int64)
@@ -442,6 +576,21 @@ class MultiIndex(IndexBase):
         lims, D, I, rest = self._chunked(xq, args)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
+
+    def _run_exact(self, xq, R, stats, max_results):
+        """Range search with ``R < m`` of one-word codes: :func:`_mih_exact_kernel` (R + 1
+        exact substring lookups, no visit stamps), resumable over the thread's output buffers."""
+        flat, bases = self.flat, self.bases
+        args = (R, self._sub_shift, self._sub_mask, bool(stats), ns_per_tick(),
+                check_max_results(max_results),
+                flat["codes"], bases["codes"], flat["slots"], bases["slots"], flat["bitmap"],
+                bases["bitmap"], self._table_shift, self._filter_shift, self._direct,
+                flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
+        lims, D, I, st, reached = run_resumable_chunked(
+            lambda chunk, *rest: _mih_exact_kernel(chunk, *args, *rest), xq, R + 1,
+            bool(stats), UNIQUE_CANDIDATES + 1, self.threads)
+        raise_if_reached(max_results, reached, lims)
+        return (lims, D, I, st) if stats else (lims, D, I)
 
     def _chunked(self, xq, args):
         """:func:`run_chunked` over query chunks, each with its own visit-stamp array."""

@@ -427,7 +427,9 @@ class AutoIndex(IndexBase):
 
     # ------------------------------------------------------------------ search
     def _index_for(self, mode: str):
-        return {"single": self.single, "mih": self.mih, "scan": self.scan}[mode]
+        if mode not in PLAN_MODES:
+            raise KeyError(mode)
+        return getattr(self, mode)
 
     def range_search(self, queries, max_distance: int, stats: bool = False,
                      max_results: int | None = None):

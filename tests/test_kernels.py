@@ -1,11 +1,19 @@
 """The shared kernels of index/kernels.py against plain-numpy twins (hypothesis)."""
+import math
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting_sort, grow,
                                         hamming, merge_rows, record_radius, sort_run)
+from bucketsearch.index.mih import MultiIndex, _sort_pairs
+from bucketsearch.index.probe import HammingIndex, _lookup_words
+from bucketsearch.index.table import BucketTable
+from tests import naive
 
 # ----------------------------------------------------------------------------- numpy twins
 
@@ -35,6 +43,21 @@ def merge_twin(rows_a, rows_b, drop, k):
         order = np.lexsort((i, d))
         out.append((d[order][:k] if k >= 1 else d[order], i[order][:k] if k >= 1 else i[order]))
     return out
+
+
+def sort_pairs_twin(d, i):
+    """``(d, i)`` ordered by (distance, id)."""
+    order = np.lexsort((i, d))
+    return d[order], i[order]
+
+
+def lookup_twin(xq, codes, offsets):
+    """Per query the bucket of its code (-1: none) and the bucket's size."""
+    where = {int(c): b for b, c in enumerate(codes[:, 0])}
+    hits = np.array([where.get(int(q), -1) for q in xq[:, 0]], dtype=np.int64)
+    sizes = np.array([offsets[b + 1] - offsets[b] if b >= 0 else 0 for b in hits],
+                     dtype=np.int64)
+    return hits, sizes
 
 
 # ----------------------------------------------------------------------------- strategies
@@ -164,3 +187,106 @@ def test_merge_rows_matches_sorting_the_union(nq, k, data):
         assert (counts == [len(t[1]) for t in twin]).all()
         assert (D == np.concatenate([t[0] for t in twin] or [[]])).all()
         assert (I == np.concatenate([t[1] for t in twin] or [[]])).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 80), lo=st.integers(0, 3), data=st.data())
+def test_sort_pairs_matches_lexsort(n, lo, data):
+    d = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n + lo, max_size=n + lo)),
+                 dtype=np.int32)
+    i = np.array(data.draw(st.lists(st.integers(-5, 10**6), min_size=n + lo,
+                                    max_size=n + lo)), dtype=np.int64)
+    td, ti = sort_pairs_twin(d[lo:], i[lo:])
+    before_d, before_i = d[:lo].copy(), i[:lo].copy()
+    _sort_pairs(d, i, lo, lo + n)
+    assert (d[lo:] == td).all() and (i[lo:] == ti).all()
+    assert (d[:lo] == before_d).all() and (i[:lo] == before_i).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from([3, 16, 30, 64]), n=st.integers(0, 50), clock=st.booleans(),
+       data=st.data())
+def test_lookup_words_matches_a_dict(bits, n, clock, data):
+    top = (1 << bits) - 1
+    xb = np.array(data.draw(st.lists(st.integers(0, min(top, 40)) if data.draw(st.booleans())
+                                     else st.integers(0, top), min_size=n, max_size=n)),
+                  dtype=np.uint64).reshape(-1, 1)
+    table = BucketTable.build(bits, xb, np.arange(n, dtype=np.int64))
+    xq = np.concatenate([xb[:5], np.array([[0], [top], [7 & top]], dtype=np.uint64)])
+    q_start = data.draw(st.integers(0, len(xq)))
+    hits = np.full(len(xq), -9, dtype=np.int64)
+    lims = np.zeros(len(xq) + 1, dtype=np.int64)
+    ticks = np.zeros(len(xq), dtype=np.int64)
+    total = _lookup_words(xq, q_start, *table.lookup_args(), table.offsets, hits, lims, clock,
+                          ticks)
+    th, ts = lookup_twin(xq, table.codes, table.offsets)
+    assert (hits[q_start:] == th[q_start:]).all() and (hits[:q_start] == -9).all()
+    assert (lims[q_start + 1:] == ts[q_start:]).all() and total == ts[q_start:].sum()
+    if clock:
+        assert (ticks[q_start:] > 0).all() and (ticks[:q_start] == 0).all()
+    else:
+        assert (ticks == 0).all()
+
+
+def _same(got, expected):
+    lims, D, I = got[:3]
+    el, eD, eI = expected
+    assert (lims == el).all() and (D == eD).all() and (I == eI).all()
+
+
+@pytest.mark.parametrize("cls", [HammingIndex, MultiIndex])
+@pytest.mark.parametrize("R", [0, 1])
+def test_small_radius_kernels_result_cap_and_buffer_growth(cls, R):
+    """Results past the per-thread buffer (4096) resume after growing it; the cap raises."""
+    bits = 20
+    xb = np.full((5000, 1), 12345, dtype=np.uint64)
+    xb[::2] ^= np.uint64(1)
+    ids = np.arange(5000, dtype=np.int64)
+    index = cls(bits) if cls is HammingIndex else cls(bits, substrings=4)
+    index.add(xb, ids)
+    index.threads = 1
+    xq = np.array([[12345], [999], [12344]], dtype=np.uint64)
+    expected = naive.range_search(xq, xb, ids, bits, R)
+    _same(index.range_search(xq, R), expected)
+    total = int(expected[0][-1])
+    _same(index.range_search(xq, R, max_results=total), expected)
+    with pytest.raises(ResultLimitError) as err:
+        index.range_search(xq, R, max_results=total - 1)
+    assert err.value.reached > total - 1
+
+
+def test_radius_kernel_scratch_grows_for_many_queries_and_buckets():
+    """Radius 0 needs one scratch entry per query (more than 4096 here); radius 7 of 13-bit
+    codes finds more than 4096 non-empty buckets in one radius."""
+    bits = 13
+    xb = np.arange(1 << bits, dtype=np.uint64).reshape(-1, 1)
+    ids = np.arange(1 << bits, dtype=np.int64)
+    index = HammingIndex(bits)
+    index.add(xb, ids)
+    index.threads = 1
+    xq = xb[::-1].copy()
+    _same(index.range_search(xq, 0), naive.range_search(xq, xb, ids, bits, 0))
+    lims, D, I = index.range_search(xq[:1], 7)
+    assert lims[-1] == sum(math.comb(bits, r) for r in range(8))
+    assert (np.diff(D) >= 0).all()
+
+
+def test_small_radius_statistics_with_the_cap_and_threads():
+    """Statistics through the chunked driver (two threads), the cap counted over chunks."""
+    bits = 16
+    rng = np.random.default_rng(3)
+    xb = rng.integers(0, 1 << bits, (400, 1), dtype=np.uint64)
+    ids = np.arange(400, dtype=np.int64)
+    xq = np.concatenate([xb[:40], rng.integers(0, 1 << bits, (10, 1), dtype=np.uint64)])
+    for index in (HammingIndex(bits), MultiIndex(bits, substrings=3)):
+        index.add(xb, ids)
+        index.threads = 2
+        for R in (0, 2):
+            expected = naive.range_search(xq, xb, ids, bits, R)
+            got = index.range_search(xq, R, stats=True)
+            _same(got, expected)
+            assert (got[3].items.sum(axis=1) == np.diff(expected[0])).all()
+            total = int(expected[0][-1])
+            with pytest.raises(ResultLimitError):
+                index.range_search(xq, R, stats=True, max_results=total - 1)
+            assert math.isfinite(float(got[3].total_ns.sum()))
