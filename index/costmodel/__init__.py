@@ -9,6 +9,8 @@ figure names the estimator that made it (docs/cost-model.md).
   candidate), the per-radius table, :func:`fit_all` and :func:`describe`.
 * :mod:`.stepmodel`: the planner's per-radius-step model (``step_model``).
 * :mod:`.report`: modeled vs measured per radius of any index, offline (table and PNG).
+* :mod:`.study`: where the paper's model holds, per study cell (``bench/study_costmodel.py``):
+  ``T(R)/T(0)`` against ``sum C(Q, i)``, the extended model on relative errors, the verdict.
 """
 from bucketsearch.index.costmodel.estimators import (DEFAULT_QUERY_TERMS, HOLDS_FACTOR, QUERY_MODEL,
                                                      QUERY_TERMS, CostSamples, QueryModel,
