@@ -10,6 +10,7 @@ EPILOG = """examples:
   bucketsearch serve --data-dir data --port 8000
   BUCKETSEARCH_API_KEY=secret bucketsearch serve --data-dir /data --host 0.0.0.0
   bucketsearch serve --data-dir data --workers 2      # read-only workers sharing mmap'ed arrays
+  bucketsearch serve --data-dir data --shards 2       # indexes split over 2 Ray shard actors
 
 Settings come from BUCKETSEARCH_* environment variables (see app/settings.py and the README's
 "Limits" and "Auth" sections; an unknown BUCKETSEARCH_* name is reported at startup); the flags
@@ -26,6 +27,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes (>1 implies read-only and mmap)")
+    parser.add_argument("--shards", type=int, default=None,
+                        help="split new indexes over N shard actors on Ray (BUCKETSEARCH_SHARDS;"
+                             " docs/scale-out.md)")
+    parser.add_argument("--ray-address", default=None,
+                        help="with --shards: the Ray cluster (e.g. auto, ray://head:10001); "
+                             "unset: a local Ray is started (BUCKETSEARCH_RAY_ADDRESS)")
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="no line per request (the start-up, merge and error lines stay)")
@@ -40,6 +47,13 @@ def run(args) -> int:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.data_dir is not None:
         os.environ["BUCKETSEARCH_DATA_DIR"] = str(args.data_dir)
+    if getattr(args, "shards", None) is not None:
+        if args.shards < 1 or args.workers > 1:
+            raise ValueError(f"--shards must be >= 1 with one worker (the ingress owns the "
+                             f"shards), got --shards {args.shards} --workers {args.workers}")
+        os.environ["BUCKETSEARCH_SHARDS"] = str(args.shards)
+    if getattr(args, "ray_address", None):
+        os.environ["BUCKETSEARCH_RAY_ADDRESS"] = args.ray_address
     if args.workers > 1:
         os.environ["BUCKETSEARCH_READ_ONLY"] = "1"
         os.environ["BUCKETSEARCH_MMAP"] = "1"

@@ -7,6 +7,8 @@ lims[q+1]``. It skips building one Python dict and two lists per query, which fo
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from bucketsearch.index._jit import njit
@@ -100,6 +102,7 @@ def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
     """The ``Accept: application/octet-stream`` answer of a search: ``u64 nq | i64 lims[nq+1]
     | i64 ids[n] | i32 distances[n]``, little-endian, ``n = lims[nq]``; query ``q``'s results
     are ``ids[lims[q]:lims[q+1]]``, ordered by (distance, id)."""
-    nq = len(lims) - 1
-    return b"".join((np.uint64(nq).astype("<u8").tobytes(), lims.astype("<i8").tobytes(),
-                     I.astype("<i8").tobytes(), D.astype("<i4").tobytes()))
+    # no copies when the arrays already have the wire's dtypes (the engine's own): ~1 us
+    # instead of ~5 us for a small answer
+    return b"".join((struct.pack("<Q", len(lims) - 1), lims.astype("<i8", copy=False).tobytes(),
+                     I.astype("<i8", copy=False).tobytes(), D.astype("<i4", copy=False).tobytes()))

@@ -72,30 +72,35 @@ def parse_hex(codes: list[str], bits: int, field: str = "codes") -> np.ndarray:
         raise ValueError(f"{field}: {exc}") from None
 
 
-def parse_raw_items(body: bytes, bits: int, first_id: int | None):
+def parse_raw_items(body: bytes, bits: int, first_id: int | None, auto_ids: bool = False):
     """Decode an octet-stream insert body (app/routers/indexes.py RAW_LAYOUT) into
-    ``(ids, words)``."""
+    ``(ids, words)``; ids None with ``auto_ids`` (codes only: the index gives the ids)."""
     nb = n_bytes(bits)
-    if first_id is None:
+    if auto_ids and first_id is not None:
+        raise ValueError(f"first_id: give first_id or auto_ids=true, not both (got first_id="
+                         f"{first_id})")
+    if first_id is None and not auto_ids:
         record = 8 + nb
         if len(body) % record:
             raise ValueError(f"body: {len(body)} bytes is not a multiple of 8 + {nb} (an int64 "
                              f"id and a packed {bits}-bit code per item); to send codes only, "
-                             "pass ?first_id=")
+                             "pass ?first_id= or ?auto_ids=true")
         n = len(body) // record
         ids = np.frombuffer(body, dtype="<i8", count=n).astype(np.int64)
         packed = np.frombuffer(body, dtype=np.uint8, offset=8 * n).reshape(n, nb)
         if n and ids.min() < 0:
             raise ValueError(f"body: id {int(ids[ids < 0][0])} is negative (ids must be in "
                              f"[0, {MAX_ID}])")
-    else:
+    else:  # codes only
         if len(body) % nb:
             raise ValueError(f"body: {len(body)} bytes is not a multiple of {nb} (one packed "
                              f"{bits}-bit code per item)")
         n = len(body) // nb
-        if first_id + n - 1 > MAX_ID:
-            raise ValueError(f"first_id: {first_id} + {n} codes overflows int64")
-        ids = np.arange(first_id, first_id + n, dtype=np.int64)
+        ids = None
+        if first_id is not None:
+            if first_id + n - 1 > MAX_ID:
+                raise ValueError(f"first_id: {first_id} + {n} codes overflows int64")
+            ids = np.arange(first_id, first_id + n, dtype=np.int64)
         packed = np.frombuffer(body, dtype=np.uint8).reshape(n, nb)
     try:
         words = pack_bytes(packed, bits)
@@ -104,22 +109,26 @@ def parse_raw_items(body: bytes, bits: int, first_id: int | None):
     return ids, words
 
 
-def parse_items(body: bytes, ctype: str, bits: int, settings, first_id: int | None):
+def parse_items(body: bytes, ctype: str, bits: int, settings, first_id: int | None,
+                auto_ids: bool = False):
     """Decode an insert body of either Content-Type into ``(ids, words)``, ``max_batch``
-    checked (413)."""
+    checked (413); ids None when the index is to give them (JSON without ``ids``, or
+    ``auto_ids``)."""
     if ctype == "application/octet-stream":
-        ids, words = parse_raw_items(body, bits, first_id)
-        check_batch(len(ids), settings, "body")
+        ids, words = parse_raw_items(body, bits, first_id, auto_ids)
+        check_batch(len(words), settings, "body")
     elif ctype in ("application/json", ""):
-        if first_id is not None:
-            raise ValueError("first_id: only allowed with Content-Type application/octet-stream")
+        if first_id is not None or auto_ids:
+            raise ValueError(f"{'first_id' if first_id is not None else 'auto_ids'}: only "
+                             "allowed with Content-Type application/octet-stream (JSON: leave "
+                             "out ids)")
         items = validate_json_body(ItemsIn, body)
         check_batch(len(items.codes), settings, "codes")
-        if len(items.ids) != len(items.codes):
+        if items.ids is not None and len(items.ids) != len(items.codes):
             raise ValueError(f"ids: {len(items.ids)} ids for {len(items.codes)} codes "
                              "(one id per code)")
         words = parse_hex(items.codes, bits)
-        ids = np.asarray(items.ids, dtype=np.int64)
+        ids = None if items.ids is None else np.asarray(items.ids, dtype=np.int64)
     else:
         raise unsupported_media_type(ctype)
     return ids, words

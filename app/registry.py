@@ -105,6 +105,22 @@ class Registry:
 
     def _open(self, folder: Path, meta: dict) -> Entry:
         s = self.settings
+        if meta.get("shards"):  # a sharded index (issue 14): shard actors on Ray
+            from bucketsearch.app import shards
+            if not s.shards or s.read_only:
+                raise IndexUnavailable(f"index {meta['name']!r} is split over {meta['shards']} "
+                                       "shards: serve it with 'bucketsearch serve --shards N' "
+                                       "(one writable worker; read replicas: "
+                                       "BUCKETSEARCH_SHARD_REPLICAS)")
+            shards.ensure_ray(s.ray_address)
+            live = shards.ShardedLive(folder, int(meta["bits"]), meta["mode"],
+                                      meta.get("substrings"), int(meta["shards"]),
+                                      meta.get("partitioning", "id_hash"),
+                                      max_probes=s.max_probes, merge_threshold=s.merge_threshold,
+                                      replicas=s.shard_replicas,
+                                      follow_interval_s=s.follow_interval_s)
+            return Entry(meta["name"], int(meta["bits"]), live, CostTracker(int(meta["bits"])),
+                         folder)
         live = LiveIndex(folder, int(meta["bits"]), meta["mode"], meta.get("substrings"),
                          max_probes=s.max_probes, merge_threshold=s.merge_threshold,
                          read_only=s.read_only, mmap=s.mmap)
@@ -196,10 +212,22 @@ class Registry:
         return None
 
     def create(self, name: str, bits: int, mode: str, substrings: int | None,
-               fill=None) -> Entry:
-        """Create an index, atomically; ``fill(folder)`` writes its files first (restore)."""
+               fill=None, partitioning: str = "id_hash") -> Entry:
+        """Create an index, atomically; ``fill(folder)`` writes its files first (restore).
+        A sharded server (``shards`` > 0) splits it over that many shards by
+        ``partitioning`` (app/shards.py)."""
         catalog.check_name(name)
-        check_served_mode(mode, bits, substrings, self.settings.max_probes)
+        sharding = {}
+        if self.settings.shards and fill is None:
+            from bucketsearch.app.shards import PARTITIONINGS, prefix_bits
+            if partitioning not in PARTITIONINGS:
+                raise ValueError(f"partitioning must be one of {PARTITIONINGS}, got "
+                                 f"{partitioning!r}")
+            p = prefix_bits(self.settings.shards) if partitioning == "code_prefix" else 0
+            check_served_mode(mode, bits - p, substrings, self.settings.max_probes)
+            sharding = {"shards": self.settings.shards, "partitioning": partitioning}
+        else:
+            check_served_mode(mode, bits, substrings, self.settings.max_probes)
         if self.settings.read_only:
             raise PermissionError("the server is read-only: indexes cannot be created")
         with self._lock:
@@ -210,7 +238,8 @@ class Registry:
             if len(self.entries) + len(self.unavailable) >= limit:
                 raise IndexLimit(f"name: the server holds {limit} indexes, the limit "
                                  "max_indexes (BUCKETSEARCH_MAX_INDEXES); delete one first")
-            meta = {"name": name, "bits": bits, "mode": mode, "substrings": substrings}
+            meta = {"name": name, "bits": bits, "mode": mode, "substrings": substrings,
+                    **sharding}
             folder = catalog.create_folder(self.root, {**meta, "created_at": time.time()}, fill)
             try:
                 entry = self._open(folder, meta)
@@ -290,6 +319,8 @@ class Registry:
         """Open ``entry``'s folder again after a delete that failed before its rename."""
         meta = {"name": entry.name, "bits": entry.bits, "mode": entry.mode,
                 "substrings": entry.substrings}
+        if getattr(entry.live, "sharded", False):
+            meta.update(shards=entry.live.n, partitioning=entry.live.partitioning)
         try:
             self.entries[entry.name] = self._open(entry.folder, meta)
         except Exception as exc:  # noqa: BLE001 -- it stays listed, with the reason
@@ -327,6 +358,10 @@ class Registry:
 
     def info(self, entry: Entry) -> dict:
         live = entry.live
+        if getattr(live, "sharded", False):
+            return {"name": entry.name, "bits": entry.bits, "state": entry.state,
+                    "reason": self.redact(live.failed), **live.info(),
+                    "follow_error": entry.follow_error}
         st = live.state
         sizes = bucket_sizes(st.main)
         values, counts = np.unique(sizes, return_counts=True)

@@ -30,6 +30,12 @@ class CreateIndex(Strict):
                             "(README: Which mode)")
     substrings: int | None = Field(None, ge=1, le=256,
                                    description="number of MIH substrings (mih/auto only)")
+    partitioning: Literal["id_hash", "code_prefix"] = Field(
+        "id_hash", description="sharded server (serve --shards N) only: id_hash (an item's "
+                               "shard is a hash of its id; every shard probes the whole ball) "
+                               "or code_prefix (the first log2(N) bits of the code pick the "
+                               "shard; each shard probes only its part of the ball; N a power "
+                               "of two); ignored by an unsharded server")
 
 
 class BucketSizeCount(BaseModel):
@@ -67,6 +73,10 @@ class IndexInfo(BaseModel):
                                  "the writer)")
     follow_error: str | None = Field(None, description="read-only server: why the last "
                                      "catch-up failed (retried)")
+    partitioning: str | None = Field(None, description="sharded index: id_hash or code_prefix "
+                                     "(null: one unsharded index)")
+    shard_detail: list[dict] | None = Field(None, description="sharded index: per shard its "
+                                            "size, delta, tombstones, mode, merges, state")
 
 
 class IndexList(BaseModel):
@@ -74,7 +84,9 @@ class IndexList(BaseModel):
 
 
 class ItemsIn(Strict):
-    ids: list[ItemId] = Field(description="one non-negative int64 id per code, unique")
+    ids: list[ItemId] | None = Field(None, description="one non-negative int64 id per code, "
+                                     "unique; omitted (insert only): the index gives the ids "
+                                     "next_id, next_id+1, ... (first_id in the answer)")
     codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits order")
 
 
@@ -87,6 +99,9 @@ class WriteOut(BaseModel):
     replaced: int | None = Field(None, description="upsert: ids that were live and got their "
                                                    "new code")
     deleted: int | None = None
+    first_id: int | None = Field(None, description="an insert without ids: the ids given are "
+                                 "first_id, first_id+1, ..., first_id+inserted-1 (one more "
+                                 "than the largest id ever written; never given twice)")
     size: int = Field(description="live items after the write")
 
 

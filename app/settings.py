@@ -48,6 +48,16 @@ class Settings(BaseSettings):
         0.2, gt=0, le=60, description="read-only servers: seconds between two catch-ups with "
                                       "the writer's log (new writes, merges, new and deleted "
                                       "indexes)")
+    shards: int = Field(
+        0, ge=0, le=1024, description="serve --shards N: new indexes are split over N shard "
+                                      "actors on Ray (0: one in-process index; app/shards.py)")
+    ray_address: str | None = Field(
+        None, description="serve --ray-address: the Ray cluster of the shard actors (unset: a "
+                          "local Ray is started)")
+    shard_replicas: int = Field(
+        0, ge=0, le=16, description="sharded indexes: read replicas per shard (actors following "
+                                    "the shard's log; searches alternate between the primary and "
+                                    "its replicas, staleness up to follow_interval_s)")
     warmup: bool = Field(True, description="compile and warm every search path before ready")
     calibration_queries: int = Field(
         64, ge=0, description="sampled queries of the t0 calibration run at startup per index")

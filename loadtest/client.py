@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
+import httpcore
 import httpx
 import numpy as np
 import orjson
@@ -440,9 +441,11 @@ class _Base:
         bits = yield from self._index_bits(name)
         words = checked_words(codes, bits, "codes")
         n = len(words)
-        if ids is None:
-            first = 0 if first_id is None else int(first_id)
-            ids = np.arange(first, first + n, dtype=np.int64)
+        auto = ids is None and first_id is None  # the index gives the ids (insert only)
+        if auto:
+            sequential = False
+        elif ids is None:
+            ids = np.arange(int(first_id), int(first_id) + n, dtype=np.int64)
             sequential = True
         else:
             if first_id is not None:
@@ -450,15 +453,21 @@ class _Base:
             ids = as_ids(ids, n)
             sequential = False
         if n == 0:
-            return 0, 0
+            return 0, 0, np.zeros(0, dtype=np.int64)
         packed = to_packed(words, bits)
         nb = n_bytes(bits)
         path = index_path(name, *route)
 
         def call(a, b):
             if self.wire == "json":
-                body = {"ids": ids[a:b].tolist(), "codes": [r.tobytes().hex() for r in packed[a:b]]}
+                body = {"codes": [r.tobytes().hex() for r in packed[a:b]]}
+                if not auto:
+                    body["ids"] = ids[a:b].tolist()
                 return self._json("POST", path, body, idempotent)
+            if auto:
+                return Call("POST", path, params={"auto_ids": "true"},
+                            content=packed[a:b].tobytes(), headers={"content-type": OCTET},
+                            idempotent=idempotent)
             if sequential:
                 return Call("POST", path, params={"first_id": int(ids[a])},
                             content=packed[a:b].tobytes(), headers={"content-type": OCTET},
@@ -469,8 +478,11 @@ class _Base:
         item_bytes = (2 * nb + 24) if self.wire == "json" else (nb + 8)
         parts = yield from self._chunked(n, item_bytes, call, write=True)
         answers = [resp.json() for _, _, resp in parts]
+        if auto:  # each request's ids: first_id, first_id + 1, ...
+            ids = np.concatenate([np.arange(a["first_id"], a["first_id"] + a["inserted"],
+                                            dtype=np.int64) for a in answers])
         return (sum(int(a.get("inserted") or 0) for a in answers),
-                sum(int(a.get("replaced") or 0) for a in answers))
+                sum(int(a.get("replaced") or 0) for a in answers), ids)
 
     def _search(self, name, queries, k, max_distance, stats):
         bits = yield from self._index_bits(name)
@@ -555,13 +567,15 @@ class _Base:
         return self._remember(resp.json())
 
     def _g_add(self, name, codes, ids, first_id):
-        inserted, _ = yield from self._write_items(name, ("items",), codes, ids, first_id, False)
-        return inserted
+        _, _, ids = yield from self._write_items(name, ("items",), codes, ids, first_id, False)
+        return ids
 
     def _g_upsert(self, name, codes, ids):
         if ids is None:
             raise ValueError("upsert needs ids (one per code): it replaces the code of each id")
-        return (yield from self._write_items(name, ("items", "upsert"), codes, ids, None, True))
+        inserted, replaced, _ = yield from self._write_items(name, ("items", "upsert"), codes,
+                                                             ids, None, True)
+        return inserted, replaced
 
     def _g_remove(self, name, ids):
         ids = as_ids(ids)
@@ -660,10 +674,11 @@ class _Base:
         returns the info once the new mode serves."""
         return self._run(self._g_set_mode(name, mode, substrings))
 
-    def add(self, name: str, codes, ids=None, *, first_id: int | None = None) -> int:
-        """Insert codes with ids (default ``first_id, first_id + 1, ...``, ``first_id`` 0 as
-        the engine numbers an empty index; an id already present is a 409 Conflict). Returns
-        the number inserted. Never retried."""
+    def add(self, name: str, codes, ids=None, *, first_id: int | None = None) -> np.ndarray:
+        """Insert codes with ``ids``, or ``first_id, first_id + 1, ...``; with neither, the
+        index gives the ids (one more than the largest id it ever held, never given twice).
+        An id already present is a 409 Conflict. Returns the ids inserted (int64, in the
+        order of ``codes``). Never retried."""
         return self._run(self._g_add(name, codes, ids, first_id))
 
     def upsert(self, name: str, codes, ids) -> tuple[int, int]:
@@ -738,19 +753,94 @@ def _limits(max_connections: int) -> httpx.Limits:
                         max_keepalive_connections=max_connections)
 
 
+# ----------------------------------------------------- one send per request (sync transport)
+class _CoalescingStream(httpcore.NetworkStream):
+    """A connection that holds the writes of a request until its first read (or until they
+    pass :attr:`MAX_HELD` bytes), so that the request line, headers and a small body leave in
+    one ``send``. httpcore writes the headers and the body apart: two segments, two wake-ups of
+    the server's event loop and a second parse step there, about 0.1 ms per request on a
+    loaded 2-core machine (bench/RESULTS.md, issue 13)."""
+
+    MAX_HELD = 64 << 10  # larger bodies go as they come (no copy of a big body)
+
+    def __init__(self, stream: httpcore.NetworkStream):
+        self._stream = stream
+        self._held: list[bytes] = []
+        self._size = 0
+        self._timeout: float | None = None
+
+    def _flush(self) -> None:
+        if self._held:
+            data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+            self._held, self._size = [], 0
+            self._stream.write(data, self._timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._timeout = timeout
+        if self._size + len(buffer) <= self.MAX_HELD:
+            self._held.append(buffer)
+            self._size += len(buffer)
+            return
+        self._flush()
+        self._stream.write(buffer, timeout)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._flush()
+        return self._stream.read(max_bytes, timeout)
+
+    def close(self) -> None:
+        self._held, self._size = [], 0
+        self._stream.close()
+
+    def start_tls(self, *args, **kwargs) -> httpcore.NetworkStream:
+        self._flush()
+        return _CoalescingStream(self._stream.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str):
+        return self._stream.get_extra_info(info)
+
+
+class _CoalescingBackend(httpcore.NetworkBackend):
+    """httpcore's socket backend with :class:`_CoalescingStream` connections."""
+
+    def __init__(self):
+        self._backend = httpcore.SyncBackend()
+
+    def connect_tcp(self, *args, **kwargs) -> httpcore.NetworkStream:
+        return _CoalescingStream(self._backend.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args, **kwargs) -> httpcore.NetworkStream:
+        return _CoalescingStream(self._backend.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+def coalescing_transport(limits: httpx.Limits) -> httpx.HTTPTransport:
+    """httpx's own transport whose connections send each request in one piece
+    (:class:`_CoalescingStream`); httpx's plain transport if its pool is not the expected
+    httpcore one."""
+    transport = httpx.HTTPTransport(limits=limits)
+    pool = getattr(transport, "_pool", None)
+    if isinstance(pool, httpcore.ConnectionPool) and hasattr(pool, "_network_backend"):
+        pool._network_backend = _CoalescingBackend()
+    return transport
+
+
 class Client(_Base):
     """Blocking client (``with Client(url) as c: ...``); see the module docstring. Parameters:
     ``url``; ``api_key`` (sent as ``Authorization: Bearer``); ``timeout`` seconds per request;
     ``wire`` "binary" or "json"; ``retry`` (:class:`Retry`); ``limits`` (:class:`Limits`);
     extra ``headers``; ``max_connections`` of the pool; ``transport``: an httpx transport
-    (default httpx's own)."""
+    (default httpx's own, each request sent in one piece: :func:`coalescing_transport`)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, max_connections: int = 10,
                  transport: httpx.BaseTransport | None = None, **kw):
         super().__init__(url, **kw)
+        limits = _limits(max_connections)
         self._http = httpx.Client(base_url=self.url, headers=self.headers,
-                                  timeout=httpx.Timeout(self.timeout),
-                                  limits=_limits(max_connections), transport=transport)
+                                  timeout=httpx.Timeout(self.timeout), limits=limits,
+                                  transport=transport or coalescing_transport(limits))
 
     def _transmit(self, call: Call):
         try:

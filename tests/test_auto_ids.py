@@ -2,7 +2,6 @@
 twice, across deletes, merges, mode changes, restarts and followers (LiveState.next_id)."""
 from __future__ import annotations
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from storage_model import clustered_pool

@@ -101,7 +101,8 @@ def test_every_code_form_in_and_out(client, bits):
     starts = [0, 10, 20, 30, 40, 45]
     for form, start in zip(forms, starts):
         n = len(form)
-        assert client.add(name, form, np.arange(start, start + n)) == n
+        assert client.add(name, form, np.arange(start, start + n)).tolist() == \
+            list(range(start, start + n))
     ids = np.arange(50)
     assert np.array_equal(client.get(name, ids, format="words"), words)
     assert np.array_equal(client.get(name, ids), to_packed(words, bits))
@@ -115,12 +116,39 @@ def test_every_code_form_in_and_out(client, bits):
     assert found.tolist() == [True, False] and np.array_equal(codes[0], words[3])
     assert not codes[1].any()
     # the default ids: first_id, first_id + 1, ... (octet-stream ?first_id= on the binary wire)
-    assert client.add(name, words[:3], first_id=1000) == 3
+    assert client.add(name, words[:3], first_id=1000).tolist() == [1000, 1001, 1002]
     assert np.array_equal(client.get(name, [1000, 1001, 1002], format="words"), words[:3])
     with pytest.raises(ValueError, match="ids must be a 1-D int array of length 2"):
         client.add(name, words[:2], [1, 2, 3])
     with pytest.raises(ValueError):
         client.add(name, ["zz"], [5000])  # not hex: refused before any request
+
+
+@pytest.mark.parametrize("wire", ["binary", "json"])
+def test_ids_given_by_the_index_are_never_given_twice(server, wire):
+    """``add`` without ids: the index gives one more than the largest id it ever held, per
+    request of a split batch too; deleted ids are not given again; an upsert needs ids."""
+    name = f"auto-{wire}"
+    words = random_words(700, 64, seed=8)
+    with Client(server.url, api_key=WRITE_KEY, wire=wire) as c:
+        fresh(c, name, 64)
+        assert c.add(name, words[:5]).tolist() == [0, 1, 2, 3, 4]
+        c.add(name, words[5:6], [100])
+        c.remove(name, [100, 4])
+        ids = c.add(name, words[6:])  # 694 codes > max_batch: several requests
+        assert ids.tolist() == list(range(101, 101 + 694))
+        assert np.array_equal(c.get(name, ids, format="words"), words[6:])
+        with pytest.raises(ValueError, match="upsert needs ids"):
+            c.upsert(name, words[:1], None)
+    raw = httpx.post(f"{server.url}/v1/indexes/{name}/items/upsert",
+                     json={"codes": [to_hex(words[:1], 64)[0]]},
+                     headers={"Authorization": f"Bearer {WRITE_KEY}"})
+    assert raw.status_code == 400 and "an upsert needs one id per code" in raw.text
+    raw = httpx.post(f"{server.url}/v1/indexes/{name}/items?auto_ids=true&first_id=5",
+                     content=to_packed(words[:1], 64).tobytes(),
+                     headers={"Authorization": f"Bearer {WRITE_KEY}",
+                              "content-type": "application/octet-stream"})
+    assert raw.status_code == 400 and "give first_id or auto_ids=true" in raw.text
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +160,7 @@ def big(server):
     xq = np.concatenate([xb[:400], random_words(300, bits, seed=2)])
     with Client(server.url, api_key=WRITE_KEY) as c:
         fresh(c, "big", bits, mode="single")
-        assert c.add("big", xb, ids) == len(xb)  # 2,000 > max_batch: split
+        assert np.array_equal(c.add("big", xb, ids), ids)  # 2,000 > max_batch: split
         # the server's limits, read from GET /v1/limits (max_results is named in no 413)
         assert c.limits == Limits(MAX_BATCH, MAX_RESULTS, MAX_BODY)
         c.merge("big")
@@ -535,7 +563,7 @@ def test_limits_given_are_lowered_by_a_413(server):
     the 413 that names max_batch; nothing of the refused request was written."""
     with Client(server.url, api_key=WRITE_KEY, limits=Limits(max_batch=10_000)) as c:
         fresh(c, "given", 64)
-        assert c.add("given", random_words(700, 64, seed=4), np.arange(700)) == 700
+        assert len(c.add("given", random_words(700, 64, seed=4), np.arange(700))) == 700
         assert c.limits.max_batch == MAX_BATCH and c.limits.max_results == 5_000_000
         assert c.index("given")["size"] == 700
 

@@ -153,7 +153,8 @@ def test_http_upsert_get_mode_backup_restore(client):
     assert c.post("/v1/indexes/a/items", json={"ids": list(range(10)),
                                                "codes": hexes(range(10))}).status_code == 200
     res = c.post("/v1/indexes/a/items/upsert", json={"ids": [2, 50], "codes": hexes([40, 41])})
-    assert res.json() == {"inserted": 1, "replaced": 1, "deleted": None, "size": 11}
+    assert res.json() == {"inserted": 1, "replaced": 1, "deleted": None, "first_id": None,
+                          "size": 11}
     res = c.post("/v1/indexes/a/items/add", json={"ids": [2], "codes": hexes([1])})
     assert res.status_code in (404, 405)
     got = c.post("/v1/indexes/a/items/get", json={"ids": [2, 50, 9, 77]}).json()

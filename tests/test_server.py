@@ -42,7 +42,8 @@ def filled(client):
     r = client.post("/v1/indexes/main/items",
                     json={"ids": list(range(300)), "codes": to_hex(words[:300], BITS)})
     assert r.status_code == 200 and r.json() == {"inserted": 300, "deleted": None,
-                                                 "replaced": None, "size": 300}
+                                                 "replaced": None, "first_id": None,
+                                                 "size": 300}
     ids = np.arange(300, 400, dtype="<i8")
     body = ids.tobytes() + words[300:].astype(">u8").tobytes()  # 64-bit code = 8 bytes, BE
     r = client.post("/v1/indexes/main/items", content=body,
@@ -125,7 +126,7 @@ def test_delete_items_and_merge(client):
     assert r.json()["size"] == 3
     assert client.post("/v1/indexes/del/merge").json()["main_size"] == 3
     assert client.post("/v1/indexes/del/items/delete", json={"ids": [2, 99]}).json() == \
-        {"inserted": None, "deleted": 1, "replaced": None, "size": 2}
+        {"inserted": None, "deleted": 1, "replaced": None, "first_id": None, "size": 2}
     info = client.get("/v1/indexes/del").json()
     assert info["tombstones"] == 1 and info["size"] == 2
     r = client.post("/v1/indexes/del/search", json={"codes": ["0001"], "max_distance": 1})

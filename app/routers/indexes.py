@@ -28,7 +28,9 @@ Two bodies are accepted (pick with Content-Type):
   - without `first_id`: `n` int64 little-endian ids followed by the `n` packed codes, so the
     body is `n * (8 + B)` bytes;
   - with `?first_id=K`: the body is only the `n` packed codes (`n * B` bytes) and the ids are
-    `K, K+1, ..., K+n-1`.
+    `K, K+1, ..., K+n-1`;
+  - with `?auto_ids=true` (insert only): the body is only the packed codes and the index
+    gives the ids (as for JSON without `ids`): `first_id` in the answer.
 
 Ids are non-negative int64, unique in the batch and not already in the index (409 otherwise).
 The response comes only after the write-ahead-log record is fsynced: an acknowledged write
@@ -37,6 +39,8 @@ survives a crash."""
 ITEMS_BODY = json_or_octet_body(ItemsIn)
 FirstId = Annotated[int | None, Query(ge=0, le=MAX_ID, description="octet-stream only: ids are "
                                       "first_id, first_id+1, ... and the body holds codes only")]
+AutoIds = Annotated[bool, Query(description="octet-stream insert: the body holds codes only and "
+                                           "the index gives the ids (first_id in the answer)")]
 BACKUP_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
     "schema": {"type": "string", "format": "binary"}}}}}
 
@@ -45,7 +49,8 @@ BACKUP_BODY = {"requestBody": {"required": True, "content": {"application/octet-
 def create_index(body: CreateIndex, registry: RegistryDep) -> dict:
     """Create an empty index (atomic: validated by the engine first; nothing is left behind
     on failure). Names are unique regardless of case."""
-    entry = registry.create(body.name, body.bits, body.mode, body.substrings)
+    entry = registry.create(body.name, body.bits, body.mode, body.substrings,
+                            partitioning=body.partitioning)
     return registry.info(entry)
 
 
@@ -80,9 +85,14 @@ def delete_index(name: IndexName, registry: RegistryDep) -> Response:
 @router.post("/{name}/items", response_model=WriteOut, dependencies=[WriteAuth],
              openapi_extra=ITEMS_BODY, description=RAW_LAYOUT)
 def add_items(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
-              first_id: FirstId = None) -> dict:
-    """Insert a batch of items (JSON or raw packed bytes); acknowledged after the WAL fsync."""
-    ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id)
+              first_id: FirstId = None, auto_ids: AutoIds = False) -> dict:
+    """Insert a batch of items (JSON or raw packed bytes); acknowledged after the WAL fsync.
+    Without ids the index gives them: ``first_id``, ``first_id + 1``, ... in the answer."""
+    ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id,
+                             auto_ids)
+    if ids is None:
+        first, n = entry.live.add_next(words)
+        return {"inserted": n, "first_id": first, "size": entry.live.ntotal}
     n = entry.live.add(words, ids)
     return {"inserted": n, "size": entry.live.ntotal}
 
@@ -96,6 +106,9 @@ def upsert_items(entry: EntryDep, request: Request, body: BodyBytes, settings: S
     """Insert or replace a batch of items in one durable WAL record (all or nothing);
     idempotent, so a client may retry it."""
     ids, words = parse_items(body, content_type(request), entry.bits, settings, first_id)
+    if ids is None:
+        raise ValueError("ids: an upsert needs one id per code (it replaces the code of each "
+                         "id); to insert with ids given by the index, POST .../items")
     inserted, replaced = entry.live.upsert(words, ids)
     return {"inserted": inserted, "replaced": replaced, "size": entry.live.ntotal}
 

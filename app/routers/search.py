@@ -31,8 +31,10 @@ from typing import Annotated
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
+from starlette._utils import get_route_path
 from starlette.concurrency import run_in_threadpool
 
+from bucketsearch.app import guard
 from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
 from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
@@ -110,7 +112,8 @@ def runs_inline(entry, job: SearchJob) -> bool:
     """Microseconds of work: a radius search of few probes (at least one: a scan, 0 probes,
     reads every item), a small delta."""
     if job.k is not None or job.max_distance is None \
-            or not 0 <= job.max_distance <= min(entry.bits, 3):
+            or not 0 <= job.max_distance <= min(entry.bits, 3) \
+            or getattr(entry.live, "sharded", False):  # a Ray round trip: never on the loop
         return False
     state = entry.live.state
     nq = len(job.xq)
@@ -152,11 +155,18 @@ async def search(
     (also ``delta`` in Server-Timing).
     """
     t_start = time.perf_counter()
-    settings = settings_of(request)
     body = await request.body()
-    ctype = content_type(request)
-    params = {"max_distance": max_distance, "k": k, "stats": stats}
-    binary = wants_binary(request.headers.get("accept", ""))
+    content, media_type, headers = await answer_search(
+        entry, body, content_type(request), {"max_distance": max_distance, "k": k, "stats": stats},
+        wants_binary(request.headers.get("accept", "")), settings_of(request), t_start)
+    return Response(content, media_type=media_type, headers=dict(headers))
+
+
+async def answer_search(entry, body: bytes, ctype: str, params: dict, binary: bool, settings,
+                        t_start: float) -> tuple[bytes, str, list[tuple[str, str]]]:
+    """``(content, media type, extra headers)`` of a search request: parsed and searched on
+    the event loop when it is small (:func:`runs_inline`), else in the thread pool. Raises
+    what the parser and the engine raise (the app's exception handlers answer them)."""
     if len(body) <= INLINE_MAX_BODY:
         job = parse_search(body, ctype, entry.bits, settings, params, binary)
         if runs_inline(entry, job):
@@ -184,7 +194,9 @@ def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | No
     return share
 
 
-def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
+def run_search(entry, job: SearchJob, settings, t_start: float) \
+        -> tuple[bytes, str, list[tuple[str, str]]]:
+    """The search of a parsed request: ``(content, media type, extra headers)``."""
     t_parsed = time.perf_counter()
     nq = len(job.xq)
     state = entry.live.state  # the request reads the live state once
@@ -232,12 +244,132 @@ def run_search(entry, job: SearchJob, settings, t_start: float) -> Response:
         out += [b',"took_ms":', orjson.dumps(took_ms), b"}"]
     # written here (the bytes have exactly the SearchResponse shape): skips FastAPI's
     # re-validation and Python lists of thousands of result rows
-    return Response(b"".join(out), media_type=media_type,
-                    headers={"Server-Timing": (
-                        f"parse;dur={job.parse_s * 1e3:.3f}, "
-                        f"queue;dur={(t_parsed - t_start - job.parse_s) * 1e3:.3f}, "
-                        f"search;dur={(t_searched - t_parsed) * 1e3:.3f}, "
-                        f"format;dur={(t_done - t_searched) * 1e3:.3f}"
-                        + (f", delta;dur={st.delta_ns * 1e-6:.3f}" if st is not None
-                           and st.delta_items else "")),
-                        "X-Took-Ms": f"{took_ms:.3f}"})
+    timing = (f"parse;dur={job.parse_s * 1e3:.3f}, "
+              f"queue;dur={(t_parsed - t_start - job.parse_s) * 1e3:.3f}, "
+              f"search;dur={(t_searched - t_parsed) * 1e3:.3f}, "
+              f"format;dur={(t_done - t_searched) * 1e3:.3f}")
+    if st is not None and st.delta_items:
+        timing += f", delta;dur={st.delta_ns * 1e-6:.3f}"
+    return b"".join(out), media_type, [("server-timing", timing),
+                                       ("x-took-ms", f"{took_ms:.3f}")]
+
+
+# ---------------------------------------------------------------------------- the fast path
+#: The route :class:`SearchFastPath` answers (its label in the request metrics).
+SEARCH_ROUTE = "/v1/indexes/{name}/search"
+_PREFIX, _SUFFIX = SEARCH_ROUTE.split("{name}")
+_BOOLS = {b"true": True, b"false": False, b"1": True, b"0": False}
+_INT_PARAMS = {b"max_distance": (0, 256), b"k": (1, None)}  # the endpoint's Query bounds
+
+
+def plain_params(query: bytes) -> dict | None:
+    """The search's query parameters when they are in their plainest form: ``max_distance``
+    and ``k`` in decimal digits within the endpoint's bounds, ``stats`` true/false/1/0, each at
+    most once and nothing else; None for anything else (FastAPI parses it, and refuses it
+    with its usual message)."""
+    params = {"max_distance": None, "k": None, "stats": False}
+    if not query:
+        return params
+    seen = set()
+    for pair in query.split(b"&"):
+        key, eq, value = pair.partition(b"=")
+        if not eq or key in seen:
+            return None
+        seen.add(key)
+        if key == b"stats":
+            params["stats"] = flag = _BOOLS.get(value)
+            if flag is None:
+                return None
+            continue
+        bounds = _INT_PARAMS.get(key)
+        if bounds is None or not value.isdigit() or len(value) > 9 \
+                or (len(value) > 1 and value[:1] == b"0"):
+            return None
+        number = int(value)
+        low, high = bounds
+        if number < low or (high is not None and number > high):
+            return None
+        params[key.decode()] = number
+    return params
+
+
+def _replay(body: bytes, receive):
+    """A ``receive`` that gives ``body`` as one message, then defers to ``receive``."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+    return replayed
+
+
+class SearchFastPath:
+    """Pure ASGI middleware, inside :class:`app.guard.Guard` (auth, concurrency, body limits
+    are enforced before it): a search the endpoint would answer 200 is answered here by the
+    endpoint's own functions (:func:`answer_search`), without FastAPI's routing, dependency
+    resolution and Request/Response objects, the larger part of the fixed cost of a small
+    search (issue 13; figures in bench/RESULTS.md).
+
+    Everything else goes on to FastAPI unchanged: other routes, and every search this path
+    declines: server not ready, unknown index, the guard did not enforce read access, query
+    parameters in any but their plainest form (:func:`plain_params`), or a request the parser
+    or the engine refuses. For the last, FastAPI runs the same request again and answers with
+    the usual error: the search is read-only, and the limits are checked before the work they
+    limit (``max_results`` stops the kernels once passed), so a refused request costs at most
+    its own bounded work twice. So every status code and message is the endpoint's, and
+    OpenAPI documents the one route (tests/test_http_cost.py)."""
+
+    def __init__(self, app, app_state, routes):
+        self.app = app
+        self.state = app_state
+        self.route = None  # the APIRoute FastAPI would set (the metrics label its path)
+        for ctx in guard.flat_routes(routes):
+            route = getattr(ctx, "original_route", ctx)
+            if getattr(ctx, "path", None) == SEARCH_ROUTE and "POST" in (ctx.methods or ()):
+                self.route = route
+                break
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or self.route is None:
+            return await self.app(scope, receive, send)
+        path = get_route_path(scope)
+        state = self.state
+        if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)
+                and getattr(state, "ready", False)):
+            return await self.app(scope, receive, send)
+        entry = state.registry.entries.get(path[len(_PREFIX):-len(_SUFFIX)])
+        permission = scope.get(guard.SCOPE_KEY)
+        params = plain_params(scope["query_string"])
+        if entry is None or params is None or permission is None \
+                or guard.RANK[permission] < guard.RANK[guard.READ]:
+            return await self.app(scope, receive, send)
+        t_start = time.perf_counter()
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        ctype = accept = None  # the first of each header, as Starlette's Headers.get
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                if ctype is None:
+                    ctype = value.decode("latin-1")
+            elif name == b"accept" and accept is None:
+                accept = value.decode("latin-1")
+        try:
+            content, media_type, headers = await answer_search(
+                entry, body, (ctype or "").split(";")[0].strip().lower(), params,
+                wants_binary(accept or ""), state.settings, t_start)
+        except Exception:  # noqa: BLE001 -- FastAPI runs it again and answers the error
+            return await self.app(scope, _replay(body, receive), send)
+        scope["route"] = self.route
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", media_type.encode()), (b"content-length", b"%d" % len(content)),
+            *((name.encode(), value.encode()) for name, value in headers)]})
+        await send({"type": "http.response.body", "body": content})

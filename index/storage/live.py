@@ -214,6 +214,8 @@ class LiveState:
                     from None
             main_res = res[:3]
             st = res[3] if stats else None
+        else:  # nothing to probe, but the same refusal as when there is (no queries: cheap)
+            main.range_search(xq[:0], radius)
         found = len(main_res[2])  # live results of the main index
         if max_results is not None and len(self.tombstones) and found:
             found -= int(np.isin(main_res[2], self.tombstones).sum())

@@ -1,0 +1,925 @@
+"""Sharded indexes on Ray (issue 14): one index split over N shard actors behind the same API.
+
+:class:`ShardedLive` offers the part of :class:`~index.storage.live.LiveIndex`'s interface the
+registry and the routers use (``add, upsert, delete, get, range_search, search, merge,
+set_mode, state, ntotal, mode, substrings, failed, applied ...``) and delegates to N Ray actors
+(:class:`ShardServer`), each holding its own ``LiveIndex`` in ``<index folder>/shard-<i>`` (own
+WAL and snapshots). The routers need no change: ``entry.live.state`` is a
+:class:`ShardedState` whose ``search``/``range_search`` fan out and merge.
+
+Partitioning, chosen per index at creation (stored in ``index.json``):
+
+* ``id_hash``: an item lives on shard ``splitmix64(id) % N``. Every query goes to every shard,
+  and every shard probes the whole ball: ``N x C(Q, <=r)`` probes in all. Balanced whatever
+  the codes.
+* ``code_prefix`` (N a power of two, ``P = log2 N``): the first ``P`` bits of a code pick its
+  shard, and the shard stores only the remaining ``Q - P`` bits (a ``(Q-P)``-bit index). A
+  radius-r query reaches shard ``s`` at prefix distance ``d = popcount(prefix(q) ^ s)`` and
+  searches there to radius ``r - d`` (not at all when ``d > r``): the probes of the ball are
+  split exactly, ``sum_s C(Q-P, <=r-d_s) = C(Q, <=r)``, with no engine change. Clustered codes
+  skew it: a hot prefix puts its items and its queries' heavy part on one shard
+  (:mod:`index.costmodel.shards` says which partitioning is cheaper).
+
+Merging is exact: range results per query in (distance, id) order, k-NN the top k of every
+shard's top k by (distance, id); per-radius stats summed (code_prefix: a shard's radius ``j``
+is the ball's radius ``j + d``), the per-shard detail in ``stats.plan``.
+
+Failure: the actors are created with ``max_restarts=-1``; a restarted actor reopens its
+``LiveIndex`` from its WAL and snapshot. A call to a dead or restarting shard raises
+:class:`ShardUnavailable` (an :class:`~app.registry.IndexUnavailable`: HTTP 503 with
+Retry-After); no partial answer is ever returned. Writes: see :meth:`ShardedLive.add`,
+:meth:`ShardedLive.upsert` for what a 503 leaves behind.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bucketsearch.app.registry import IndexUnavailable
+from bucketsearch.index.base import SearchStats
+from bucketsearch.index.codes import as_words, n_words, pack_bits, unpack_words
+from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
+from bucketsearch.index.storage import fsio
+from bucketsearch.index.storage.live import DuplicateIdError
+
+log = logging.getLogger("bucketsearch.app")
+
+PARTITIONINGS = ("id_hash", "code_prefix")
+MOVES_FILE = "moves.pending.json"  # code_prefix upserts that move ids between shards
+CALL_TIMEOUT_S = 120.0  # one shard call (a large batch or a merge can take seconds)
+RETRY_AFTER_S = 5
+_U64 = np.uint64
+
+
+class ShardUnavailable(IndexUnavailable):
+    """A shard actor is dead or restarting: the request is refused whole (503, Retry-After)."""
+
+
+# ------------------------------------------------------------------------- partitioning
+def splitmix64(ids: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer of every id (uint64): a well-mixed hash for id placement."""
+    with np.errstate(over="ignore"):
+        z = np.asarray(ids, dtype=np.int64).view(np.uint64) + _U64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
+        return z ^ (z >> _U64(31))
+
+
+def id_shard(ids: np.ndarray, n: int) -> np.ndarray:
+    """The shard of each id under ``id_hash``."""
+    return (splitmix64(ids) % _U64(n)).astype(np.int64)
+
+
+def prefix_bits(n: int) -> int:
+    """``log2(n)``: the prefix width of ``code_prefix`` (``n`` must be a power of two >= 2)."""
+    if n < 2 or n & (n - 1):
+        raise ValueError(f"partitioning: code_prefix needs a power-of-two shard count >= 2 "
+                         f"(the first log2(N) bits pick the shard), got {n} shards; use "
+                         "id_hash or serve with --shards 2, 4, 8, ...")
+    return n.bit_length() - 1
+
+
+def split_prefix(words: np.ndarray, bits: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(prefix, suffix_words)``: the first ``p`` bits of each code as an int, and the
+    remaining ``bits - p`` bits as ``(bits-p)``-bit codes (words layout of :mod:`index.codes`)."""
+    words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(bits))
+    if bits <= 64:
+        w = words[:, 0]
+        rest = bits - p
+        prefix = (w >> _U64(rest)).astype(np.int64)
+        suffix = (w & _U64((1 << rest) - 1)).reshape(-1, 1)
+        return prefix, np.ascontiguousarray(suffix)
+    bits01 = unpack_words(words, bits)
+    prefix = np.zeros(len(words), dtype=np.int64)
+    for j in range(p):
+        prefix = (prefix << 1) | bits01[:, j]
+    return prefix, pack_bits(np.ascontiguousarray(bits01[:, p:]), bits - p)
+
+
+def join_prefix(prefix: int, suffix: np.ndarray, bits: int, p: int) -> np.ndarray:
+    """The inverse of :func:`split_prefix` for codes of one shard (one ``prefix``)."""
+    suffix = np.ascontiguousarray(suffix, dtype=np.uint64).reshape(-1, n_words(bits - p))
+    if bits <= 64:
+        out = suffix[:, 0] | _U64(prefix << (bits - p))
+        return out.reshape(-1, 1)
+    head = np.array([(prefix >> (p - 1 - j)) & 1 for j in range(p)], dtype=np.uint8)
+    bits01 = np.concatenate([np.broadcast_to(head, (len(suffix), p)),
+                             unpack_words(suffix, bits - p)], axis=1)
+    return pack_bits(np.ascontiguousarray(bits01), bits)
+
+
+def popcount_small(x: np.ndarray) -> np.ndarray:
+    """Set bits of small non-negative ints (prefixes: at most 8 bits)."""
+    x = np.asarray(x, dtype=np.int64)
+    out = np.zeros_like(x)
+    while x.any():
+        out += x & 1
+        x = x >> 1
+    return out
+
+
+# ----------------------------------------------------------------------------- the actor
+class ShardError(Exception):
+    """An error raised in a shard, in a form that crosses Ray (pickled by its args): the
+    engine's limit errors and any exception that does not pickle. :func:`_get` raises the
+    original kind again in the ingress."""
+
+    def __init__(self, kind: str, fields: dict, message: str):
+        super().__init__(kind, fields, message)
+        self.kind, self.fields, self.message = kind, fields, message
+
+    def rebuild(self) -> BaseException:
+        f = self.fields
+        if self.kind == "probe":
+            return ProbeLimitError(f["probes"], f["limit"], f["radius"], f["bits"])
+        if self.kind == "result":
+            return ResultLimitError(f["limit"], f["reached"])
+        for base in (DuplicateIdError, PermissionError, OSError, ValueError, LookupError):
+            if base.__name__ == self.kind:
+                return base(self.message)
+        return RuntimeError(self.message)
+
+
+def _portable(method):
+    """Raise what ``method`` raises as something that unpickles (see :class:`ShardError`)."""
+    import functools
+    import pickle
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except ProbeLimitError as exc:
+            raise ShardError("probe", {"probes": int(exc.probes), "limit": int(exc.limit),
+                                       "radius": None if exc.radius is None else int(exc.radius),
+                                       "bits": self.live.bits}, str(exc)) from None
+        except ResultLimitError as exc:
+            raise ShardError("result", {"limit": exc.limit, "reached": exc.reached},
+                             str(exc)) from None
+        except Exception as exc:
+            try:
+                pickle.loads(pickle.dumps(exc))
+            except Exception:  # noqa: BLE001 -- sent as its nearest plain kind
+                kind = next((b.__name__ for b in (DuplicateIdError, PermissionError, OSError,
+                                                  ValueError, LookupError)
+                             if isinstance(exc, b)), "RuntimeError")
+                raise ShardError(kind, {}, f"{type(exc).__name__}: {exc}") from None
+            raise
+    return wrapped
+
+
+class ShardServer:
+    """One shard: a :class:`LiveIndex` in its own directory (own WAL, snapshots), in a Ray actor
+    process. Every method returns numpy arrays (moved through Ray's object store)."""
+
+    def __init__(self, folder: str, bits: int, mode: str, substrings, max_probes: int,
+                 merge_threshold: int, threads: int = 1, replica: bool = False,
+                 follow_interval_s: float = 0.2):
+        import numba
+
+        from bucketsearch.index.storage.live import LiveIndex
+        threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        os.environ["BUCKETSEARCH_THREADS"] = str(threads)
+        numba.set_num_threads(threads)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        # a replica: a read-only follower of the shard's directory (index/storage/follow.py),
+        # as the one-machine read-only workers are; it applies the primary's committed records
+        self.live = LiveIndex(folder, bits, mode, substrings, max_probes=max_probes,
+                              merge_threshold=merge_threshold, read_only=replica,
+                              background_merge=not replica)
+        self.opened_s = time.perf_counter() - t
+        self.pid = os.getpid()
+        self.follow_error = None
+        if replica:
+            self._stop = threading.Event()
+            threading.Thread(target=self._follow, args=(follow_interval_s,), daemon=True,
+                             name="follow-primary").start()
+
+    def _follow(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.live.catch_up()
+                self.follow_error = None
+            except Exception as exc:  # noqa: BLE001 -- retried at the next round
+                self.follow_error = f"{type(exc).__name__}: {exc}"
+
+    def lag(self) -> dict:
+        """A replica's staleness: its applied position and ``lag_ms`` bound."""
+        return {"pid": self.pid, "applied_lsn": self.live.applied.lsn,
+                "lag_ms": round(self.live.lag_ms, 1), "follow_error": self.follow_error}
+
+    def ping(self) -> int:
+        return self.pid
+
+    def counts(self) -> dict:
+        """The cheap part of :meth:`summary` (sent back with every write)."""
+        live, st = self.live, self.live.state
+        return {"pid": self.pid, "size": st.ntotal, "next_id": st.next_id,
+                "main_size": int(st.main.ntotal),
+                "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
+                "mode": live.mode, "substrings": getattr(st.main, "substrings", live.substrings),
+                "failed": live.failed, "merging": live.merging, "merges": live.merges,
+                "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
+
+    @_portable
+    def add(self, words, ids):
+        return self.live.add(words, ids), self.counts()
+
+    @_portable
+    def upsert(self, words, ids):
+        return self.live.upsert(words, ids), self.counts()
+
+    @_portable
+    def delete(self, ids):
+        return self.live.delete(ids), self.counts()
+
+    @_portable
+    def get(self, ids):
+        return self.live.get(ids)
+
+    def live_mask(self, ids) -> np.ndarray:
+        return self.live.state.live_mask(np.asarray(ids, dtype=np.int64))
+
+    @_portable
+    def range_groups(self, groups, stats: bool, max_probes, max_results):
+        """Radius searches of several query groups (``[(xq, radius), ...]``), one state."""
+        state = self.live.state
+        return [state.range_search(xq, r, stats, max_probes, max_results) for xq, r in groups]
+
+    @_portable
+    def knn_groups(self, groups, k: int, stats: bool, max_probes):
+        """k-NN of several query groups (``[(xq, max_distance), ...]``), one state."""
+        state = self.live.state
+        return [state.search(xq, k, r, stats, max_probes) for xq, r in groups]
+
+    def probe_count(self, radius: int, nq: int, max_probes) -> int:
+        from bucketsearch.index.storage.live import with_probe_limit
+        main = with_probe_limit(self.live.state.main, max_probes)
+        return int(main.probe_count(radius, nq))
+
+    @_portable
+    def merge(self) -> bool:
+        return self.live.merge()
+
+    @_portable
+    def set_mode(self, mode: str, substrings) -> bool:
+        return self.live.set_mode(mode, substrings)
+
+    def items(self):
+        return self.live.state.items()
+
+    def summary(self) -> dict:
+        from bucketsearch.app.registry import bucket_sizes
+        live, st = self.live, self.live.state
+        sizes = bucket_sizes(st.main)
+        values, counts = np.unique(sizes, return_counts=True)
+        return {**self.counts(),
+                "applied_lsn": live.applied.lsn, "distinct_codes": int(len(sizes)),
+                "histogram": {int(v): int(c) for v, c in zip(values, counts)},
+                "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
+                                    + st.delta_ids.nbytes),
+                "max_probes": int(st.main.max_probes), "opened_s": round(self.opened_s, 3)}
+
+    def close(self) -> None:
+        self.live.close()
+
+
+# ------------------------------------------------------------------------------ Ray glue
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to the Ray cluster at ``address``, or start a local Ray (``num_cpus`` = the
+    cores) once per process."""
+    import ray
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 logging_level=logging.WARNING)
+
+
+def _get(refs, what: str):
+    """``ray.get(refs)``: a dead or restarting shard raises :class:`ShardUnavailable`; an
+    exception raised inside a shard is raised here as itself (ValueError, ProbeLimitError...)."""
+    import ray
+    from ray import exceptions as rex
+    try:
+        return ray.get(refs, timeout=CALL_TIMEOUT_S)
+    except rex.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, ShardError):
+            raise cause.rebuild() from None
+        if isinstance(cause, BaseException) and not isinstance(cause, rex.RayError):
+            raise cause from None
+        raise
+    except (rex.RayActorError, rex.ActorUnavailableError, rex.GetTimeoutError,
+            rex.ObjectLostError) as exc:
+        raise ShardUnavailable(f"{what}: a shard is unavailable ({type(exc).__name__}); "
+                               f"Ray restarts it from its log, retry in a few seconds") from None
+
+
+class _Sized:
+    """A length without an array (``len(state.delta_ids)`` of a sharded index)."""
+
+    def __init__(self, n: int):
+        self.n = int(n)
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class ShardMain:
+    """What the search router asks of ``state.main``: ``probe_count``, ``max_probes``,
+    ``ntotal``; the probes of the whole fan-out (id_hash: N balls; code_prefix: one)."""
+
+    def __init__(self, live: ShardedLive, ntotal: int, max_probes: int):
+        self._live, self.ntotal, self.max_probes = live, int(ntotal), int(max_probes)
+
+    def probe_count(self, radius: int, nq: int = 1) -> int:
+        return self._live.probe_count(radius, nq, self.max_probes)
+
+
+class ShardedState:
+    """``entry.live.state`` of a sharded index: counts from the last summary, searches fanned
+    out to the shards at call time (each shard searches one consistent state of its own)."""
+
+    def __init__(self, live: ShardedLive):
+        s = live._totals
+        self.bits, self._live = live.bits, live
+        self.ntotal = s["size"]
+        self.main = ShardMain(live, s["main_size"], live.max_probes)
+        self.delta_ids = _Sized(s["delta_size"])
+        self.tombstones = _Sized(s["tombstones"])
+        self.delta = None
+
+    def range_search(self, xq, radius, stats=False, max_probes=None, max_results=None):
+        return self._live._range(xq, radius, stats, max_probes, max_results)
+
+    def search(self, xq, k, max_distance=None, stats=False, max_probes=None):
+        return self._live._knn(xq, k, max_distance, stats, max_probes)
+
+    def items(self):
+        return self._live.items()
+
+
+class ShardedLive:
+    """An index split over N shard actors (see the module docstring)."""
+
+    sharded = True
+
+    def __init__(self, folder: Path, bits: int, mode: str, substrings, shards: int,
+                 partitioning: str, *, max_probes: int, merge_threshold: int,
+                 threads_per_shard: int | None = None, actor_options: dict | None = None,
+                 replicas: int = 0, follow_interval_s: float = 0.2):
+        import ray
+        if partitioning not in PARTITIONINGS:
+            raise ValueError(f"partitioning must be one of {PARTITIONINGS}, got {partitioning!r}")
+        self.folder, self.bits, self.n = Path(folder), int(bits), int(shards)
+        self.partitioning, self.max_probes = partitioning, int(max_probes)
+        self.p = prefix_bits(self.n) if partitioning == "code_prefix" else 0
+        self.shard_bits = self.bits - self.p
+        if self.shard_bits < 1:
+            raise ValueError(f"partitioning: code_prefix over {self.n} shards takes {self.p} "
+                             f"prefix bits, as many as the code has ({bits})")
+        threads = threads_per_shard or max(1, (os.cpu_count() or 1) // self.n)
+        # num_cpus=0: N shards of several indexes fit any cluster (each uses threads_per_shard
+        # numba threads); SPREAD puts the shards of an index on different nodes
+        options = {"max_restarts": -1, "max_task_retries": 0, "num_cpus": 0,
+                   "scheduling_strategy": "SPREAD", "max_concurrency": 4,
+                   **(actor_options or {})}
+        cls = ray.remote(ShardServer).options(**options)
+        self.actors = [cls.remote(str(self.folder / f"shard-{i}"), self.shard_bits, mode,
+                                  substrings, max_probes, merge_threshold, threads)
+                       for i in range(self.n)]
+        # read replicas (issue 14 item 2): followers of each shard's directory; searches go
+        # round-robin over the primary and its replicas, writes and get() to the primary only
+        self.replicas = [[cls.remote(str(self.folder / f"shard-{i}"), self.shard_bits, mode,
+                                     substrings, max_probes, merge_threshold, threads, True,
+                                     follow_interval_s) for _ in range(replicas)]
+                         for i in range(self.n)]
+        self._turn = 0
+        self._write_lock = threading.RLock()  # add_next holds it around add
+        self._probe_cache: dict = {}
+        self._totals: dict = {}
+        try:
+            self.refresh()  # waits for every shard to open (recovery), or raises
+            self._finish_moves()
+        except BaseException:
+            for a in self.actors + [r for rs in self.replicas for r in rs]:
+                ray.kill(a, no_restart=True)
+            raise
+
+    # ------------------------------------------------------------------------- summary
+    def refresh(self, full: bool = False) -> list[dict]:
+        """Every shard's counts (``full``: its whole summary), one call each in parallel; the
+        cached counts that ``state`` and the properties read (as of the last write or refresh:
+        a shard's background merge is seen at the next one)."""
+        shards = _get([a.summary.remote() if full else a.counts.remote()
+                       for a in self.actors], "summary")
+        self._set_counts(dict(enumerate(shards)))
+        return shards
+
+    def _set_counts(self, by_shard: dict) -> None:
+        shards = list(getattr(self, "_shards", [None] * self.n))
+        for i, c in by_shard.items():
+            shards[i] = c
+        self._shards = shards
+        self._totals = {key: sum(s[key] for s in shards)
+                        for key in ("size", "main_size", "delta_size", "tombstones")}
+        self._probe_cache.clear()
+
+    @property
+    def state(self) -> ShardedState:
+        return ShardedState(self)
+
+    @property
+    def ntotal(self) -> int:
+        return self._totals["size"]
+
+    @property
+    def mode(self) -> str:
+        modes = {s["mode"] for s in self._shards}
+        return modes.pop() if len(modes) == 1 else "mixed"
+
+    @property
+    def substrings(self):
+        return self._shards[0]["substrings"] if self._shards else None
+
+    @property
+    def failed(self) -> str | None:
+        bad = [f"shard {i}: {s['failed']}" for i, s in enumerate(self._shards) if s["failed"]]
+        return "; ".join(bad) or None
+
+    @property
+    def merging(self) -> bool:
+        return any(s["merging"] for s in self._shards)
+
+    @property
+    def lag_ms(self) -> float:
+        return 0.0
+
+    @property
+    def merges(self) -> int:
+        return sum(s["merges"] for s in self._shards)
+
+    @property
+    def last_merge(self) -> float | None:
+        return max((s["last_merge"] or 0.0 for s in self._shards), default=0.0) or None
+
+    @property
+    def last_merge_error(self) -> str | None:
+        return next((f"shard {i}: {s['last_merge_error']}" for i, s in enumerate(self._shards)
+                     if s["last_merge_error"]), None)
+
+    def check_radius(self, radius: int) -> None:
+        if not 0 <= radius <= self.bits:
+            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+
+    # --------------------------------------------------------------------------- routing
+    def _owner(self, ids: np.ndarray, words: np.ndarray):
+        """``(shard per item, words to store)``: id hash, or the code prefix (suffix stored)."""
+        if self.partitioning == "id_hash":
+            return id_shard(ids, self.n), words
+        return split_prefix(words, self.bits, self.p)
+
+    def probe_count(self, radius: int, nq: int, max_probes: int | None) -> int:
+        """Probes per query of the whole fan-out: id_hash, every shard's; code_prefix, each
+        shard's share of the ball (``C(Q, <=r)`` in all for a single table)."""
+        key = (radius, nq, max_probes, self.mode)
+        hit = self._probe_cache.get(key)
+        if hit is not None and time.monotonic() - hit[1] < 1.0:
+            return hit[0]
+        if self.mode == "single":
+            if self.partitioning == "id_hash":
+                count = self.n * sum(math.comb(self.bits, r) for r in range(radius + 1))
+            else:
+                count = sum(math.comb(self.bits, r) for r in range(radius + 1))
+        elif self.partitioning == "id_hash":
+            count = sum(_get([a.probe_count.remote(radius, nq, max_probes)
+                              for a in self.actors], "probe count"))
+        else:  # each shard at its share: radius - d for the d's of one query's prefix
+            counts = _get([a.probe_count.remote(r, nq, max_probes)
+                           for a in self.actors for r in range(min(radius, self.shard_bits) + 1)],
+                          "probe count")
+            per = np.array(counts).reshape(self.n, -1)
+            d = popcount_small(np.arange(self.n))  # distances from prefix 0: same multiset
+            count = int(sum(per[s, min(radius - d[s], self.shard_bits)]
+                            for s in range(self.n) if d[s] <= radius))
+        self._probe_cache[key] = (count, time.monotonic())
+        return count
+
+    # --------------------------------------------------------------------------- reading
+    def range_search(self, xq, radius: int, stats: bool = False,
+                     max_probes: int | None = None, max_results: int | None = None):
+        self.check_radius(radius)
+        return self._range(as_words(xq, self.bits), radius, stats, max_probes, max_results)
+
+    def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
+               max_probes: int | None = None):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        if max_distance is not None:
+            self.check_radius(max_distance)
+        return self._knn(as_words(xq, self.bits), int(k), max_distance, stats, max_probes)
+
+    def _reader(self, s: int):
+        """The actor that answers shard ``s``'s part of this search: the primary or one of its
+        replicas, in turn (a replica may lag by its ``lag_ms``)."""
+        pool = self.replicas[s]
+        if not pool:
+            return self.actors[s]
+        k = (self._turn + s) % (len(pool) + 1)
+        return self.actors[s] if k == 0 else pool[k - 1]
+
+    def replica_lag(self) -> list[list[dict]]:
+        """Per shard, each replica's applied position and lag (one call each, in parallel)."""
+        flat = [r for rs in self.replicas for r in rs]
+        lags = iter(_get([r.lag.remote() for r in flat], "replicas") if flat else [])
+        return [[next(lags) for _ in rs] for rs in self.replicas]
+
+    def _plan(self, shard_stats: list) -> dict:
+        detail = []
+        for i, sts in enumerate(shard_stats):
+            sts = [s for s in sts if s is not None]
+            detail.append({"shard": i, "queries": int(sum(len(s.radii) for s in sts)),
+                           "probes": int(sum(int(s.probes.sum()) for s in sts)),
+                           "items": int(sum(int(s.items.sum()) for s in sts)),
+                           "lookup_ns": int(sum(int(s.lookup_ns.sum()) for s in sts)),
+                           "plans": [s.plan for s in sts if s.plan is not None][:2] or None})
+        return {"partitioning": self.partitioning, "shards": self.n, "per_shard": detail}
+
+    def _fan_out(self, xq, radius_of, call):
+        """Per shard, the query groups it gets: ``[(rows, d, xq_part, radius), ...]``;
+        ``call(actor, [(xq_part, radius), ...])`` is submitted for every shard with work."""
+        nq = len(xq)
+        plans = []
+        if self.partitioning == "id_hash":
+            rows = np.arange(nq)
+            plans = [[(rows, 0, xq, radius_of(0))] for _ in range(self.n)]
+        else:
+            prefix, suffix = split_prefix(xq, self.bits, self.p)
+            for s in range(self.n):
+                d = popcount_small(prefix ^ s)
+                groups = []
+                for dv in np.unique(d):
+                    r = radius_of(int(dv))
+                    if r < 0:
+                        continue
+                    rows = np.flatnonzero(d == dv)
+                    groups.append((rows, int(dv), np.ascontiguousarray(suffix[rows]), r))
+                plans.append(groups)
+        self._turn += 1
+        refs = [(s, call(self._reader(s), [(g[2], g[3]) for g in groups]))
+                for s, groups in enumerate(plans) if groups]
+        results = _get([ref for _, ref in refs], "search")
+        return plans, [(s, res) for (s, _), res in zip(refs, results)]
+
+    def _range(self, xq, radius, stats, max_probes, max_results):
+        nq = len(xq)
+        cap = max_results
+        plans, results = self._fan_out(
+            xq, lambda d: min(radius - d, self.shard_bits),
+            lambda a, groups: a.range_groups.remote(groups, stats, max_probes, cap))
+        qs, Ds, Is, shard_stats = [], [], [], []
+        st_parts = []
+        for s, res in results:
+            sts = []
+            for (rows, d, _, _), (lims, D, I, st) in zip(plans[s], res):
+                counts = np.diff(lims)
+                qs.append(np.repeat(rows, counts))
+                Ds.append(np.asarray(D, dtype=np.int32) + d)
+                Is.append(np.asarray(I, dtype=np.int64))
+                sts.append(st)
+                if st is not None:
+                    st_parts.append((rows, d, st))
+            shard_stats.append(sts)
+        q = np.concatenate(qs) if qs else np.empty(0, np.int64)
+        D = np.concatenate(Ds) if Ds else np.empty(0, np.int32)
+        I = np.concatenate(Is) if Is else np.empty(0, np.int64)
+        if max_results is not None and len(I) > max_results:
+            raise ResultLimitError(max_results, len(I))
+        order = np.lexsort((I, D, q))
+        lims = np.zeros(nq + 1, dtype=np.int64)
+        np.cumsum(np.bincount(q, minlength=nq), out=lims[1:])
+        st = self._merge_stats(nq, radius + 1, st_parts, shard_stats) if stats else None
+        return lims, D[order], I[order], st
+
+    def _knn(self, xq, k, max_distance, stats, max_probes):
+        nq = len(xq)
+        R = self.bits if max_distance is None else int(max_distance)
+        plans, results = self._fan_out(
+            xq, lambda d: min(R - d, self.shard_bits),
+            lambda a, groups: a.knn_groups.remote(groups, k, stats, max_probes))
+        Dall = np.full((nq, 0), -1, dtype=np.int64)
+        Iall = np.full((nq, 0), -1, dtype=np.int64)
+        parts_D, parts_I, shard_stats, st_parts = [], [], [], []
+        for s, res in results:
+            sts = []
+            # a shard's query groups hold disjoint rows: one (nq, k) block per shard
+            Dfull = np.full((nq, k), -1, dtype=np.int64)
+            Ifull = np.full((nq, k), -1, dtype=np.int64)
+            parts_D.append(Dfull)
+            parts_I.append(Ifull)
+            for (rows, d, _, _), (D, I, st) in zip(plans[s], res):
+                Dfull[rows] = np.where(np.asarray(I) >= 0, np.asarray(D, dtype=np.int64) + d, -1)
+                Ifull[rows] = I
+                sts.append(st)
+                if st is not None:
+                    st_parts.append((rows, d, st))
+            shard_stats.append(sts)
+        if parts_D:
+            Dall, Iall = np.concatenate(parts_D, axis=1), np.concatenate(parts_I, axis=1)
+        width = Dall.shape[1]
+        key_d = np.where(Iall >= 0, Dall, np.iinfo(np.int64).max)
+        row = np.repeat(np.arange(nq), width)
+        order = np.lexsort((Iall.ravel(), key_d.ravel(), row)).reshape(nq, width)[:, :k]
+        D_out = np.full((nq, k), -1, dtype=np.int32)
+        I_out = np.full((nq, k), -1, dtype=np.int64)
+        take = min(k, width)
+        if take:
+            flat = order[:, :take]
+            I_sel = Iall.ravel()[flat]
+            D_sel = Dall.ravel()[flat]
+            D_out[:, :take] = np.where(I_sel >= 0, D_sel, -1)
+            I_out[:, :take] = I_sel
+        st = None
+        if stats:
+            width_r = max([p[2].probes.shape[1] + p[1] for p in st_parts], default=1)
+            st = self._merge_stats(nq, width_r, st_parts, shard_stats)
+        return D_out, I_out, st
+
+    def _merge_stats(self, nq: int, width: int, st_parts, shard_stats) -> SearchStats:
+        """Per-radius counters summed over shards; a code_prefix shard's radius ``j`` is the
+        ball's radius ``j + d``. ``plan`` carries the per-shard detail."""
+        fields = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")
+        cand = all(p[2].candidates is not None for p in st_parts) and st_parts
+        if cand:
+            fields += ("candidates", "unique_candidates")
+        out = {f: np.zeros((nq, width), dtype=np.int64) for f in fields}
+        radii = np.zeros(nq, dtype=np.int64)
+        total = np.zeros(nq, dtype=np.int64)
+        scanned = np.full(nq, -1, dtype=np.int64)
+        any_scan = False
+        delta_items = delta_ns = 0
+        for rows, d, st in st_parts:
+            w = st.probes.shape[1]
+            span = min(w, width - d)
+            for f in fields:
+                arr = getattr(st, f)
+                if span > 0:
+                    out[f][rows, d:d + span] += arr[:, :span]
+            radii[rows] = np.maximum(radii[rows], np.asarray(st.radii) + d)
+            total[rows] += st.total_ns
+            if st.scanned_from is not None:
+                any_scan = True
+                sf = np.where(st.scanned_from >= 0, st.scanned_from + d, -1)
+                cur = scanned[rows]
+                scanned[rows] = np.where(cur < 0, sf, np.where(sf < 0, cur, np.minimum(cur, sf)))
+            delta_items += st.delta_items
+            delta_ns = max(delta_ns, st.delta_ns)
+        return SearchStats(**out, radii=radii, total_ns=total,
+                           **({} if cand else {"candidates": None, "unique_candidates": None}),
+                           scanned_from=scanned if any_scan else None,
+                           plan=self._plan(shard_stats), delta_items=delta_items,
+                           delta_ns=delta_ns)
+
+    # ---------------------------------------------------------------------------- writes
+    def _batch(self, codes, ids):
+        words = np.ascontiguousarray(as_words(codes, self.bits))
+        ids = np.array(ids, dtype=np.int64).reshape(-1)
+        if len(ids) != len(words):
+            raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
+        uniq, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
+                             "in the batch")
+        return ids, words
+
+    def _where_live(self, ids: np.ndarray, shards=None) -> np.ndarray:
+        """The shard where each id is live (-1: nowhere), asking ``shards`` (default all)."""
+        shards = range(self.n) if shards is None else shards
+        masks = _get([self.actors[s].live_mask.remote(ids) for s in shards], "lookup")
+        where = np.full(len(ids), -1, dtype=np.int64)
+        for s, m in zip(shards, masks):
+            where[np.asarray(m)] = s
+        return where
+
+    def add(self, codes, ids) -> int:
+        """Insert: every id checked unique across the shards first (under the ingress's write
+        lock), then each shard's part written in parallel. A shard that fails its part makes
+        the others' parts deleted again (compensation) before the error is raised; if the
+        ingress dies in between, those parts stay (acknowledged by no one: retry as upsert)."""
+        ids, words = self._batch(codes, ids)
+        if not len(ids):
+            return 0
+        owner, stored = self._owner(ids, words)
+        with self._write_lock:
+            if self.partitioning == "code_prefix":  # id_hash: the owner shard checks its ids
+                where = self._where_live(ids)
+                if (where >= 0).any():
+                    raise DuplicateIdError(f"ids: id {int(ids[where >= 0][0])} already exists "
+                                           "in the index (delete it first, or upsert to "
+                                           "replace it)")
+            shards = sorted(set(owner.tolist()))
+            refs = [self.actors[s].add.remote(stored[owner == s], ids[owner == s])
+                    for s in shards]
+            self._settle(refs, shards, owner, ids, "add")
+        return len(ids)
+
+    def add_next(self, codes) -> tuple[int, int]:
+        """Insert with the ids ``next_id, next_id + 1, ...``: one more than the largest id any
+        shard has seen written (each shard keeps its mark durably), taken under the write
+        lock. Returns ``(first_id, count)``."""
+        with self._write_lock:
+            first = max(s["next_id"] for s in self._shards)
+            words = as_words(codes, self.bits)
+            return first, self.add(words, np.arange(first, first + len(words), dtype=np.int64))
+
+    def _settle(self, refs, shards, owner, ids, what: str):
+        """Wait for every part; on any failure delete the parts that succeeded, then raise."""
+        import ray
+        done, errors = [], []
+        for s, ref in zip(shards, refs):
+            try:
+                value, counts = _get(ref, what)
+                done.append((s, value))
+                self._set_counts({s: counts})
+            except Exception as exc:  # noqa: BLE001 -- undone below, then raised
+                errors.append(exc)
+        if errors:
+            if what == "add":
+                undo = [self.actors[s].delete.remote(ids[owner == s]) for s, _ in done]
+                try:
+                    ray.get(undo, timeout=CALL_TIMEOUT_S)
+                except Exception:  # noqa: BLE001
+                    log.exception("sharded add: undoing the parts written failed")
+            self.refresh_quietly()
+            raise errors[0]
+        return [r for _, r in done]
+
+    def upsert(self, codes, ids) -> tuple[int, int]:
+        """Insert or replace. id_hash: each id's shard upserts its part (idempotent: after a
+        503 some parts may be applied; retry the upsert). code_prefix: an id whose new code has
+        another prefix moves: the move is written to ``moves.pending.json`` (fsynced), the new
+        shard upserts, the old shard deletes, the file is removed. Opening the index finishes
+        a pending move (the new shard holds the id: the old copy is deleted), so a crash
+        between the two shards' writes never leaves the id live twice once reopened."""
+        ids, words = self._batch(codes, ids)
+        if not len(ids):
+            return 0, 0
+        owner, stored = self._owner(ids, words)
+        with self._write_lock:
+            where = self._where_live(ids, None if self.partitioning == "code_prefix"
+                                     else sorted(set(owner.tolist())))
+            replaced = int((where >= 0).sum())
+            moving = (where >= 0) & (where != owner)
+            if moving.any():
+                self._write_moves(ids[moving], where[moving], owner[moving])
+            shards = sorted(set(owner.tolist()))
+            self._settle([self.actors[s].upsert.remote(stored[owner == s], ids[owner == s])
+                          for s in shards], shards, owner, ids, "upsert")
+            if moving.any():
+                old = where[moving]
+                olds = sorted(set(old.tolist()))
+                out = _get([self.actors[s].delete.remote(ids[moving][old == s]) for s in olds],
+                           "upsert (move)")
+                self._set_counts({s: c for s, (_, c) in zip(olds, out)})
+                fsio.unlink(self.folder / MOVES_FILE)
+        return len(ids) - replaced, replaced
+
+    def _write_moves(self, ids, old, new) -> None:
+        record = {"ids": ids.tolist(), "old": old.tolist(), "new": new.tolist()}
+        fsio.replace_file(self.folder / MOVES_FILE, json.dumps(record).encode())
+
+    def _finish_moves(self) -> None:
+        path = self.folder / MOVES_FILE
+        if not path.exists():
+            return
+        rec = json.loads(path.read_bytes())
+        ids, old, new = (np.asarray(rec[k], dtype=np.int64) for k in ("ids", "old", "new"))
+        landed = np.zeros(len(ids), dtype=bool)
+        for s in set(new.tolist()):
+            sel = new == s
+            landed[sel] = np.asarray(_get(self.actors[s].live_mask.remote(ids[sel]), "moves"))
+        for s in set(old[landed].tolist()):
+            _get(self.actors[s].delete.remote(ids[landed & (old == s)]), "moves")[0]
+        log.warning("index %s: finished %d pending shard moves (%d had not landed)",
+                    self.folder.name, int(landed.sum()), int((~landed).sum()))
+        fsio.unlink(path)
+        self.refresh()
+
+    def delete(self, ids) -> int:
+        ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        if not len(ids):
+            return 0
+        with self._write_lock:
+            if self.partitioning == "id_hash":
+                owner = id_shard(ids, self.n)
+                shards = sorted(set(owner.tolist()))
+                out = _get([self.actors[s].delete.remote(ids[owner == s]) for s in shards],
+                           "delete")
+            else:
+                shards = list(range(self.n))
+                out = _get([a.delete.remote(ids) for a in self.actors], "delete")
+            self._set_counts({s: c for s, (_, c) in zip(shards, out)})
+        return sum(n for n, _ in out)
+
+    def get(self, ids):
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        words = np.zeros((len(ids), n_words(self.bits)), dtype=np.uint64)
+        found = np.zeros(len(ids), dtype=bool)
+        if self.partitioning == "id_hash":
+            owner = id_shard(ids, self.n)
+            shards = sorted(set(owner.tolist()))
+            for s, (f, w) in zip(shards, _get([self.actors[s].get.remote(ids[owner == s])
+                                               for s in shards], "get")):
+                sel = np.flatnonzero(owner == s)
+                found[sel], words[sel] = f, w
+        else:
+            for s, (f, w) in enumerate(_get([a.get.remote(ids) for a in self.actors], "get")):
+                f = np.asarray(f)
+                if f.any():
+                    words[f] = join_prefix(s, np.asarray(w)[f], self.bits, self.p)
+                    found |= f
+        return found, words
+
+    def items(self):
+        parts = _get([a.items.remote() for a in self.actors], "items")
+        ids = [np.asarray(i) for i, _ in parts]
+        if self.partitioning == "code_prefix":
+            words = [join_prefix(s, w, self.bits, self.p) for s, (_, w) in enumerate(parts)]
+        else:
+            words = [np.asarray(w) for _, w in parts]
+        return np.concatenate(ids), np.concatenate(words).reshape(-1, n_words(self.bits))
+
+    def refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # noqa: BLE001 -- counts only; the next call tries again
+            pass
+
+    def merge(self) -> bool:
+        out = any(_get([a.merge.remote() for a in self.actors], "merge"))
+        self.refresh()
+        return out
+
+    def set_mode(self, mode: str, substrings) -> bool:
+        from bucketsearch.index.factory import check_served_mode
+        check_served_mode(mode, self.shard_bits, substrings, self.max_probes)
+        out = any(_get([a.set_mode.remote(mode, substrings) for a in self.actors], "set mode"))
+        self._probe_cache.clear()
+        self.refresh()
+        return out
+
+    def warm(self) -> None:
+        """One tiny search of every kind on every shard (loads their kernels)."""
+        xq = np.zeros((1, n_words(self.bits)), dtype=np.uint64)
+        for stats in (False, True):
+            self._range(xq, 1, stats, None, None)
+            self._knn(xq, 3, None, stats, None)
+            self._knn(xq, 3, 1, stats, None)
+
+    def info(self) -> dict:
+        """The IndexInfo fields of the whole index, with ``shard_detail`` per shard."""
+        shards = self.refresh(full=True)
+        lags = self.replica_lag()
+        hist: dict[int, int] = {}
+        for s in shards:
+            for size, count in s["histogram"].items():
+                hist[size] = hist.get(size, 0) + count
+        distinct = sum(s["distinct_codes"] for s in shards)
+        return {
+            "mode": self.mode, "substrings": self.substrings if self.mode != "single" else None,
+            "size": self._totals["size"], "main_size": self._totals["main_size"],
+            "delta_size": self._totals["delta_size"], "tombstones": self._totals["tombstones"],
+            "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** self.bits,
+            "bucket_size_histogram": [{"size": k, "buckets": v} for k, v in sorted(hist.items())],
+            "memory_bytes": sum(s["memory_bytes"] for s in shards),
+            "merges": self.merges, "merging": self.merging, "last_merge": self.last_merge,
+            "last_merge_error": self.last_merge_error,
+            "applied_lsn": ",".join(s["applied_lsn"] for s in shards),
+            "lag_ms": max((r["lag_ms"] for rs in lags for r in rs), default=0.0),
+            "partitioning": self.partitioning,
+            "shard_detail": [{"shard": i, **{k: s[k] for k in (
+                "size", "main_size", "delta_size", "tombstones", "mode", "merges", "failed",
+                "applied_lsn", "pid")}, **({"replicas": lag} if lag else {})}
+                for i, (s, lag) in enumerate(zip(shards, lags))],
+        }
+
+    def close(self) -> None:
+        import ray
+        try:
+            ray.get([a.close.remote() for a in self.actors], timeout=30)
+        except Exception:  # noqa: BLE001 -- the actors go anyway
+            log.warning("index %s: closing a shard failed", self.folder.name)
+        for a in self.actors + [r for rs in self.replicas for r in rs]:
+            ray.kill(a, no_restart=True)
