@@ -15,7 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, IndexUnavailable
+from bucketsearch.app.registry import (IndexExists, IndexLimit, IndexNotFound, IndexUnavailable,
+                                       NotOnShards)
 from bucketsearch.index.storage.live import DuplicateIdError
 from bucketsearch.index.probe import ProbeLimitError
 from bucketsearch.index.storage.wal import AppendFailed, LogFailed
@@ -87,7 +88,8 @@ def install(app: FastAPI) -> None:
         return _json(409, str(exc))
 
     @app.exception_handler(IndexLimit)
-    async def too_many(request: Request, exc: IndexLimit):
+    @app.exception_handler(NotOnShards)
+    async def too_many(request: Request, exc: LookupError):
         return _json(409, str(exc))
 
     @app.exception_handler(IndexUnavailable)

@@ -48,6 +48,18 @@ class IndexLimit(LookupError):
     """The server holds ``max_indexes`` indexes already (HTTP 409)."""
 
 
+class NotOnShards(LookupError):
+    """A route that reads an index's arrays in this process, asked of a sharded index (409)."""
+
+
+def require_in_process(entry, what: str) -> None:
+    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (app/shards.py)."""
+    if getattr(entry.live, "sharded", False):
+        raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
+                          f"{entry.live.n} shards ({what} reads the index's arrays in one "
+                          "process; docs/scale-out.md lists what a sharded index serves)")
+
+
 class IndexUnavailable(OSError):
     """The index exists but could not be opened (HTTP 503 with the reason)."""
 

@@ -319,6 +319,20 @@ def test_serve_shards_end_to_end(tmp_path):
                 assert r.json()["codes"][0] is None
                 assert r.json()["codes"][1] == to_hex(words[5:6], 64)[0]
                 assert c.get(f"/v1/indexes/s-{part}").json()["size"] == 297
+                r = c.get(f"/v1/indexes/s-{part}/sample", params={"n": 5, "seed": 1})
+                assert r.status_code == 200 and len(set(r.json()["ids"]) - set(range(3, 300))) \
+                    == 0 and len(r.json()["ids"]) == 5
+                r = c.post(f"/v1/indexes/s-{part}/items", json={"codes": ["00" * 8]})
+                # one more than the largest id ever written: 299, or 1000 if the refused
+                # add wrote it on its shard before it was undone
+                assert r.json()["first_id"] in (300, 1001), r.text
+                for method, path, body in (
+                        ("GET", "radius-profile", None), ("POST", "evaluate",
+                                                          {"codes": ["00" * 8],
+                                                           "relevant_ids": [[5]]}),
+                        ("POST", "cost-model/calibrate", {"max_distance": 1})):
+                    r = c.request(method, f"/v1/indexes/s-{part}/{path}", json=body)
+                    assert r.status_code == 409 and "split over 2 shards" in r.text, r.text
                 assert c.delete(f"/v1/indexes/s-{part}").status_code == 204
             r = c.post("/v1/indexes", json={"name": "bad", "bits": 8, "partitioning": "nope"})
             assert r.status_code == 400

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from bucketsearch.app.costfit import (CALIBRATION, agreement, calibrate, calibration_probes,
                                       json_safe, live_rows)
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
+from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import CalibrateIn, CostModelOut, error_responses
 from bucketsearch.index.costmodel import HOLDS_FACTOR, RADIUS_FIT
 
@@ -60,6 +61,7 @@ def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) ->
     """Run sampled queries (half codes of the index, half uniform random codes) at every radius
     0..``max_distance``, time the probes of the single table apart (micro-benchmark), and refit
     every estimate from them (:func:`index.costmodel.fit_all`)."""
+    require_in_process(entry, "calibrate")
     entry.live.check_radius(body.max_distance)
     per_query = calibration_probes(entry.live.state.main, body.max_distance)
     if body.queries * per_query > settings.max_request_probes:

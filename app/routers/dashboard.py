@@ -27,11 +27,12 @@ from fastapi import APIRouter, Query, Request
 from bucketsearch.app import guard
 from bucketsearch.app.costfit import json_safe, sample_queries
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
+from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import error_responses
 from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.costmodel import per_radius_means
 
-router = APIRouter(tags=["dashboard"], responses=error_responses(400, 401, 403, 404, 503))
+router = APIRouter(tags=["dashboard"], responses=error_responses(400, 401, 403, 404, 409, 503))
 
 MAX_PROFILE_QUERIES = 1024
 #: the default radius of a profile: the largest r <= DEFAULT_MAX_RADIUS whose probes (all
@@ -139,6 +140,7 @@ def radius_profile(
     queries whose ball of radius r holds no item, the per-query extended model's predicted ns
     (of radius r, and of the whole search up to r; ``extended_model`` names it); the mean
     empty buckets of the served searches; the planner's choices (mode auto)."""
+    require_in_process(entry, "radius-profile")
     live = entry.live
     state = live.state  # one consistent view
     main = state.main

@@ -7,11 +7,12 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
+from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.evaluation import evaluate_entry
 from bucketsearch.app.schemas import EvaluateIn, error_responses
 
 router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
-                   responses=error_responses(400, 401, 403, 404, 413, 503))
+                   responses=error_responses(400, 401, 403, 404, 409, 413, 503))
 
 
 @router.post("/{name}/evaluate", response_model=dict[str, Any], dependencies=[ReadAuth])
@@ -23,6 +24,7 @@ def evaluate(entry: EntryDep, body: EvaluateIn, settings: SettingsDep) -> dict:
 
     Relevance: ``query_labels`` + ``db_ids`` + ``db_labels``, or ``relevant_ids`` per query.
     """
+    require_in_process(entry, "evaluate")
     nq = len(body.codes)
     if nq > settings.max_batch:
         raise HTTPException(413, f"codes: {nq} queries exceed max_batch={settings.max_batch}")

@@ -73,7 +73,13 @@ def sample(entry: EntryDep, request: Request,
            ) -> Response:
     """Codes sampled uniformly from the index's live items (for load tests and inspection)."""
     state = entry.live.state  # read once: one consistent view
-    ids, words = sample_live(state, n, seed)
+    if getattr(entry.live, "sharded", False):  # every shard's items, then the same draw
+        ids, words = state.items()
+        pick = np.sort(np.random.default_rng(seed).choice(len(ids), min(n, len(ids)),
+                                                          replace=False))
+        ids, words = ids[pick], words[pick]
+    else:
+        ids, words = sample_live(state, n, seed)
     if wants_binary(request.headers.get("accept", "")):
         body = ids.astype("<i8").tobytes() + to_packed(words, entry.bits).tobytes()
         return Response(body, media_type="application/octet-stream",
