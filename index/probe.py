@@ -316,8 +316,8 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitm
     """:func:`_range_word_kernel` at radius 0: all lookups first (:func:`_lookup_words`, into
     ``hits``, which must hold ``nq`` entries: else ``need = nq`` is returned), then, the room
     checked once, the results copied. With ``with_stats`` a query's ``lookup_ns`` and
-    ``total_ns`` are the time between the end of its lookup and the end of the previous one
-    (``tick_ns``: ns per clock tick)."""
+    ``total_ns`` are the time between the end of its lookup and the end of the previous one,
+    plus the time its items took to copy (``tick_ns``: ns per clock tick)."""
     nq = xq.shape[0]
     if len(hits) < nq:
         return q_start, n_out, -1, nq
@@ -328,6 +328,7 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitm
         return q_start, n_out, n_out + total, 0
     if n_out + total > len(out_i):
         return q_start, n_out, -1, 0
+    t_copy = cycle_counter() if with_stats else 0
     for qi in range(q_start, nq):
         b = hits[qi]
         start = n_out
@@ -340,9 +341,10 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitm
         if with_stats:
             record_radius(stats, qi, 0, 1, 1 if b >= 0 else 0, n_out - start)
             t_end = total_ns[qi]
-            total_ns[qi] = int((t_end - t_start) * tick_ns)
+            t_now = cycle_counter()  # the copy of its items is part of a query's lookup
+            total_ns[qi] = int(((t_end - t_start) + (t_now - t_copy)) * tick_ns)
             stats[LOOKUP_NS, qi, 0] = total_ns[qi]
-            t_start = t_end
+            t_start, t_copy = t_end, t_now
     return nq, n_out, -1, 0
 
 
