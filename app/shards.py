@@ -47,7 +47,7 @@ from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words, pack_bits, unpack_words
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage import fsio
-from bucketsearch.index.storage.live import DuplicateIdError
+from bucketsearch.index.storage.live import DuplicateIdError, write_batch
 
 log = logging.getLogger("bucketsearch.app")
 
@@ -693,17 +693,6 @@ class ShardedLive:
                            delta_ns=delta_ns)
 
     # ---------------------------------------------------------------------------- writes
-    def _batch(self, codes, ids):
-        words = np.ascontiguousarray(as_words(codes, self.bits))
-        ids = np.array(ids, dtype=np.int64).reshape(-1)
-        if len(ids) != len(words):
-            raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
-        uniq, counts = np.unique(ids, return_counts=True)
-        if (counts > 1).any():
-            raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
-                             "in the batch")
-        return ids, words
-
     def _where_live(self, ids: np.ndarray, shards=None) -> np.ndarray:
         """The shard where each id is live (-1: nowhere), asking ``shards`` (default all)."""
         shards = range(self.n) if shards is None else shards
@@ -718,7 +707,7 @@ class ShardedLive:
         lock), then each shard's part written in parallel. A shard that fails its part makes
         the others' parts deleted again (compensation) before the error is raised; if the
         ingress dies in between, those parts stay (acknowledged by no one: retry as upsert)."""
-        ids, words = self._batch(codes, ids)
+        ids, words = write_batch(codes, ids, self.bits)
         if not len(ids):
             return 0
         owner, stored = self._owner(ids, words)
@@ -773,7 +762,7 @@ class ShardedLive:
         shard upserts, the old shard deletes, the file is removed. Opening the index finishes
         a pending move (the new shard holds the id: the old copy is deleted), so a crash
         between the two shards' writes never leaves the id live twice once reopened."""
-        ids, words = self._batch(codes, ids)
+        ids, words = write_batch(codes, ids, self.bits)
         if not len(ids):
             return 0, 0
         owner, stored = self._owner(ids, words)

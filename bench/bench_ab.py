@@ -11,53 +11,15 @@ The old tree is imported as package ``oldbs`` (its sources with ``bucketsearch.`
 of 3 calls per timing; reports median old, median new and the median, min and max of the
 per-round ratios new/old.
 """
-import importlib.abc
-import importlib.util
 import json
 import os
 import statistics
-import sys
 import time
 
-sys.dont_write_bytecode = True
+import oldtree
+
 BASE = os.environ.get("BASE", "/tmp/base_tree")
-MAP = {"oldbs": f"{BASE}/bucketsearch", "oldbs.index": f"{BASE}/index",
-       "oldbs.app": f"{BASE}/app", "oldbs.loadtest": f"{BASE}/loadtest"}
-
-
-class Rewriter(importlib.abc.SourceLoader):
-    def __init__(self, path):
-        self.path = path
-
-    def get_filename(self, fullname):
-        return self.path
-
-    def get_data(self, path):
-        with open(path, "rb") as f:
-            return f.read().replace(b"bucketsearch.", b"oldbs.")
-
-
-class Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name != "oldbs" and not name.startswith("oldbs."):
-            return None
-        parts = name.split(".")
-        for n in range(len(parts), 0, -1):
-            head = ".".join(parts[:n])
-            if head in MAP:
-                base = os.path.join(MAP[head], *parts[n:])
-                break
-        if os.path.isdir(base):
-            file = os.path.join(base, "__init__.py")
-            return importlib.util.spec_from_file_location(
-                name, file, loader=Rewriter(file), submodule_search_locations=[base])
-        file = base + ".py"
-        if os.path.exists(file):
-            return importlib.util.spec_from_file_location(name, file, loader=Rewriter(file))
-        return None
-
-
-sys.meta_path.insert(0, Finder())
+oldtree.install(BASE)
 
 import numpy as np  # noqa: E402
 

@@ -28,17 +28,16 @@ Prints ratios measured in this run; ``--json`` saves every figure.
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.util
 import json
 import os
 import platform
-import sys
 import time
 
 import faiss
 import numba
 import numpy as np
+
+import oldtree
 
 from bucketsearch.index.codes import to_packed
 from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
@@ -117,46 +116,9 @@ class FloorProbe:
 # ----------------------------------------------------------------------------- another checkout
 
 def load_base_engine(base: str):
-    """``make_index`` of the checkout at ``base``, imported as package ``oldbs`` (its sources
-    with ``bucketsearch.`` rewritten to ``oldbs.``, as in bench/bench_ab.py)."""
-    mapping = {"oldbs": f"{base}/bucketsearch", "oldbs.index": f"{base}/index",
-               "oldbs.app": f"{base}/app", "oldbs.loadtest": f"{base}/loadtest"}
-
-    class Rewriter(importlib.abc.SourceLoader):
-        def __init__(self, path):
-            self.path = path
-
-        def get_filename(self, fullname):
-            return self.path
-
-        def get_data(self, path):
-            with open(path, "rb") as f:
-                return f.read().replace(b"bucketsearch.", b"oldbs.")
-
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name != "oldbs" and not name.startswith("oldbs."):
-                return None
-            parts = name.split(".")
-            base_dir = None
-            for n in range(len(parts), 0, -1):
-                head = ".".join(parts[:n])
-                if head in mapping:
-                    base_dir = os.path.join(mapping[head], *parts[n:])
-                    break
-            if base_dir is None:
-                return None
-            if os.path.isdir(base_dir):
-                file = os.path.join(base_dir, "__init__.py")
-                return importlib.util.spec_from_file_location(
-                    name, file, loader=Rewriter(file), submodule_search_locations=[base_dir])
-            if os.path.exists(base_dir + ".py"):
-                return importlib.util.spec_from_file_location(
-                    name, base_dir + ".py", loader=Rewriter(base_dir + ".py"))
-            return None
-
-    sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, Finder())
+    """``make_index`` of the checkout at ``base``, imported as package ``oldbs``
+    (bench/oldtree.py)."""
+    oldtree.install(base)
     from oldbs.index.factory import make_index as old_make_index  # noqa: PLC0415
     return old_make_index
 

@@ -94,6 +94,20 @@ MAX_PLANS = 16
 CANDIDATE_FIELDS = ("candidates", "unique_candidates")
 
 
+def stack_padded(arrays, width: int):
+    """The rows of ``arrays`` one after the other: 1-D arrays concatenated, 2-D ones
+    zero-padded to ``width`` columns; None when any part is None."""
+    if any(a is None for a in arrays):
+        return None
+    if arrays[0].ndim == 1:
+        return np.concatenate(arrays)
+    out = np.zeros((sum(len(a) for a in arrays), width), dtype=arrays[0].dtype)
+    row = 0
+    for a in arrays:  # zero-padded to the widest (np.pad is ~20x slower per part)
+        out[row:row + len(a), :a.shape[1]] = a
+        row += len(a)
+    return out
+
 @dataclass
 class SearchStats:
     """Per-query, per-radius accounting of a search (the same fields through every layer:
@@ -175,17 +189,7 @@ class SearchStats:
         width = max(p.probes.shape[1] for p in parts)
 
         def stack(name):
-            arrays = [getattr(p, name) for p in parts]
-            if any(a is None for a in arrays):
-                return None
-            if arrays[0].ndim == 1:
-                return np.concatenate(arrays)
-            out = np.zeros((sum(len(a) for a in arrays), width), dtype=arrays[0].dtype)
-            row = 0
-            for a in arrays:  # zero-padded to the widest (np.pad is ~20x slower per part)
-                out[row:row + len(a), :a.shape[1]] = a
-                row += len(a)
-            return out
+            return stack_padded([getattr(p, name) for p in parts], width)
 
         plans = []  # the distinct plans, at most MAX_PLANS kept
         for p in parts:

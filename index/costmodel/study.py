@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from bucketsearch.index.base import stack_padded
 from bucketsearch.index.costmodel.estimators import (QUERY_TERMS, TRIM_RULE, CostSamples,
                                                      as_samples, fit_all, summary, within_fence)
 from bucketsearch.index.costmodel.paper import fit_t0, paper_probes, r_squared
@@ -70,22 +71,10 @@ def concat_samples(parts) -> CostSamples:
     parts = [as_samples(p) for p in parts]
     width = max(p.width for p in parts)
 
-    def stack(name):
-        arrays = [getattr(p, name) for p in parts]
-        if any(a is None for a in arrays):
-            return None
-        if arrays[0].ndim == 1:
-            return np.concatenate(arrays)
-        out = np.zeros((sum(len(a) for a in arrays), width), dtype=np.int64)
-        row = 0
-        for a in arrays:
-            out[row:row + len(a), :a.shape[1]] = a
-            row += len(a)
-        return out
-
     names = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns", "radii",
              "candidates", "total_ns")
-    return CostSamples(**{n: stack(n) for n in names})
+    return CostSamples(**{n: stack_padded([getattr(p, n) for p in parts], width)
+                          for n in names})
 
 
 def fastest_repeat(runs):

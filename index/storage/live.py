@@ -96,6 +96,19 @@ def merge_results(nq: int, main: tuple, delta: tuple, tombstones: np.ndarray, k:
     return D.reshape(nq, k), I.reshape(nq, k)
 
 
+def write_batch(codes, ids, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, words)`` of a write batch: as many ids as codes, no id twice."""
+    words = np.ascontiguousarray(as_words(codes, bits))
+    ids = np.array(ids, dtype=np.int64).reshape(-1)
+    if len(ids) != len(words):
+        raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
+                         "in the batch")
+    return ids, words
+
+
 def _empty_csr(nq: int) -> tuple:
     return np.zeros(nq + 1, dtype=np.int64), np.empty(0, np.int32), _EMPTY_IDS
 
@@ -614,17 +627,8 @@ class LiveIndex:
         self.state = _apply_one(state, op, version=state.version + 1)
 
     def _batch(self, codes, ids) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, words)`` of a write batch: as many ids as codes, no id twice."""
         self._check_writable()
-        words = np.ascontiguousarray(as_words(codes, self.bits))
-        ids = np.array(ids, dtype=np.int64).reshape(-1)
-        if len(ids) != len(words):
-            raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
-        uniq, counts = np.unique(ids, return_counts=True)
-        if (counts > 1).any():
-            raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
-                             "in the batch")
-        return ids, words
+        return write_batch(codes, ids, self.bits)
 
     def add(self, codes, ids) -> int:
         """Insert codes with ids; returns once the WAL record is fsynced. Duplicate ids (in the
