@@ -76,3 +76,29 @@ def test_the_mark_survives_a_merge_that_drops_the_largest_ids(tmp_path):
     assert index.add_next(POOL[:2]) == (5, 2)
     assert index.add_next(POOL[:0]) == (7, 0)
     index.close()
+
+
+def test_the_mark_survives_a_crash_at_every_storage_call_of_a_merge(tmp_path):
+    """A simulated crash at each storage call of the merge that drops the largest ids (the
+    snapshot carrying the mark half written, renamed, or its log cleanup cut short): the
+    reopened index still gives ids above every id ever written."""
+    from bucketsearch.index.storage import fsio
+    from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
+    for at in range(1, 200):
+        root = tmp_path / f"crash-{at}"
+        index = LiveIndex(root, BITS, "single", **KW)
+        index.add_next(POOL[:6])
+        index.delete([4, 5])
+        plan = FaultPlan(at=at, crash=True)
+        with fsio.inject(plan):
+            try:
+                index.merge()
+            except SimulatedCrash:
+                pass
+        reopened = LiveIndex(root, BITS, "single", **KW)
+        assert reopened.add_next(POOL[:1]) == (6, 1), f"crash at storage call {at}"
+        reopened.close()
+        if not plan.fired:  # past the merge's last storage call
+            break
+    else:
+        raise AssertionError("the merge kept calling storage")
