@@ -175,6 +175,26 @@ def _portable(method):
     return wrapped
 
 
+def _read_moves(path: Path, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``ids, old, new`` of a pending-moves record; ValueError naming the file and the field
+    when it is not three equally long lists of integers (ids >= 0, shards < ``n_shards``)."""
+    try:
+        rec = json.loads(fsio.read_bytes(path))
+        out = [np.asarray(rec[k], dtype=np.int64) for k in ("ids", "old", "new")]
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{path}: unreadable pending shard moves ({type(exc).__name__}: "
+                         f"{exc}); expected JSON {{\"ids\": [...], \"old\": [...], "
+                         f"\"new\": [...]}}") from None
+    ids, old, new = out
+    for name, arr, low, high in (("ids", ids, 0, 2**63 - 1), ("old", old, 0, n_shards - 1),
+                                 ("new", new, 0, n_shards - 1)):
+        if arr.ndim != 1 or len(arr) != len(ids) or (len(arr) and (
+                arr.min() < low or arr.max() > high)):
+            raise ValueError(f"{path}: pending shard moves: {name!r} must be a list of "
+                             f"{len(ids)} integers in [{low}, {high}]")
+    return ids, old, new
+
+
 class ShardServer:
     """One shard: a :class:`LiveIndex` in its own directory (own WAL, snapshots), in a Ray actor
     process. Every method returns numpy arrays (moved through Ray's object store)."""
@@ -761,12 +781,14 @@ class ShardedLive:
         another prefix moves: the move is written to ``moves.pending.json`` (fsynced), the new
         shard upserts, the old shard deletes, the file is removed. Opening the index finishes
         a pending move (the new shard holds the id: the old copy is deleted), so a crash
-        between the two shards' writes never leaves the id live twice once reopened."""
+        between the two shards' writes never leaves the id live twice once reopened; so does
+        the next upsert, first, after a move that failed half way (a shard down: 503)."""
         ids, words = write_batch(codes, ids, self.bits)
         if not len(ids):
             return 0, 0
         owner, stored = self._owner(ids, words)
         with self._write_lock:
+            self._finish_moves()  # one pending record at a time: never overwrite one
             where = self._where_live(ids, None if self.partitioning == "code_prefix"
                                      else sorted(set(owner.tolist())))
             replaced = int((where >= 0).sum())
@@ -790,21 +812,25 @@ class ShardedLive:
         fsio.replace_file(self.folder / MOVES_FILE, json.dumps(record).encode())
 
     def _finish_moves(self) -> None:
+        """Complete the moves of ``moves.pending.json``, if any: where the new shard holds the
+        id, delete the old shard's copy; where it does not, the move never landed and the old
+        copy stays. Then remove the file. An unreadable record raises ValueError naming the
+        file (the index stays unavailable: which ids moved is unknown)."""
         path = self.folder / MOVES_FILE
         if not path.exists():
             return
-        rec = json.loads(path.read_bytes())
-        ids, old, new = (np.asarray(rec[k], dtype=np.int64) for k in ("ids", "old", "new"))
+        ids, old, new = _read_moves(path, self.n)
         landed = np.zeros(len(ids), dtype=bool)
         for s in set(new.tolist()):
             sel = new == s
             landed[sel] = np.asarray(_get(self.actors[s].live_mask.remote(ids[sel]), "moves"))
-        for s in set(old[landed].tolist()):
-            _get(self.actors[s].delete.remote(ids[landed & (old == s)]), "moves")[0]
+        olds = sorted(set(old[landed].tolist()))
+        out = _get([self.actors[s].delete.remote(ids[landed & (old == s)]) for s in olds],
+                   "moves")
+        self._set_counts({s: c for s, (_, c) in zip(olds, out)})
         log.warning("index %s: finished %d pending shard moves (%d had not landed)",
                     self.folder.name, int(landed.sum()), int((~landed).sum()))
         fsio.unlink(path)
-        self.refresh()
 
     def delete(self, ids) -> int:
         ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))

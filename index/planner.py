@@ -56,6 +56,7 @@ CALIBRATION_MAX_RADIUS = 8
 PROFILE_SAMPLE = 200_000            # items (and distinct codes) the profile compares against
 SCAN_CALIBRATION_QUERIES = 4
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
+CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
 
 #: Models used before any calibration (an empty index): a 20 ns probe, a 2 ns scanned item.
 DEFAULT_COEF = {
@@ -106,15 +107,24 @@ def _fit_overhead(rest_ns, work) -> tuple[float, float]:
     return (float(max(np.median(y), 0.0)), 0.0)
 
 
-def _call_overhead(index, xq1, repeats: int = 5) -> float:
-    """Per-call time outside the kernel's queries: wall time of a one-query radius-0 search
-    minus the query's own ``total_ns`` (minimum over ``repeats``; Python, validation, threads)."""
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter_ns()
-        st = index.range_search(xq1, 0, stats=True)[3]
-        best = min(best, time.perf_counter_ns() - t - float(st.total_ns.sum()))
-    return max(best, 0.0)
+def _call_overheads(indexes: dict, xq1, repeats: int = CALL_REPEATS) -> dict:
+    """Per-call time outside the kernel's queries of every ``indexes[mode]``: wall time of a
+    one-query radius-0 search minus the query's own ``total_ns`` (Python, validation, threads).
+
+    The minimum over ``repeats`` rounds, the modes in turn in every round (as
+    :func:`_interleaved_min_stats`), so noise does not decide a single query's plan; a mode
+    that evicts the caches (the scan reads every item) would inflate the next one's call, so
+    such modes go in a round of their own after the others (``indexes`` order)."""
+    best = dict.fromkeys(indexes, float("inf"))
+    groups = [[m for m in indexes if m != "scan"], [m for m in indexes if m == "scan"]]
+    for group in groups:
+        for _ in range(repeats):
+            for mode in group:
+                t = time.perf_counter_ns()
+                st = indexes[mode].range_search(xq1, 0, stats=True)[3]
+                best[mode] = min(best[mode],
+                                 time.perf_counter_ns() - t - float(st.total_ns.sum()))
+    return {mode: max(v, 0.0) for mode, v in best.items()}
 
 
 def _interleaved_min_stats(jobs: dict, repeats: int) -> dict:
@@ -334,8 +344,7 @@ class AutoIndex(IndexBase):
                 if mode == "single":
                     self.paper = fit_paper_model(st, self.bits)
                     summary["paper"] = self.paper.to_dict()
-            for mode in PLAN_MODES:
-                self.call_ns[mode] = _call_overhead(self._index_for(mode), xq[:1])
+            self.call_ns = _call_overheads({m: self._index_for(m) for m in PLAN_MODES}, xq[:1])
             summary["call_overhead_ns"] = dict(self.call_ns)
             st = measured_stats[("scan", 0)]
             self.scan_ns_per_item = float(np.median(st.total_ns)) / self.ntotal

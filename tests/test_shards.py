@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.codes import n_words
+from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import LiveIndex
 from helpers import ServerProcess, add_codes, create_index, make_app
 
@@ -369,3 +370,110 @@ def test_cost_model_of_the_partitionings():
     at = model.choose(64, 3, 8, costs, nq=1, items=even * 1.01, skew=0.9)
     assert at["choice"] == "id_hash"
     assert model.fanout_crossover(64, 3, costs, "id_hash") == 3
+
+
+# ------------------------------------------------------------- code_prefix moves under faults
+A, B, C = 0x0001, 0x8001, 0x0002  # 16 bits, 2 shards: the top bit is the shard (A, C: 0; B: 1)
+
+
+class _ShardDownAtDelete:
+    """An actor handle whose ``delete`` finds the shard down (the call raises ShardUnavailable,
+    as `_get` does for a dead or restarting actor); every other method is the real one."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def __getattr__(self, name):
+        return getattr(self.actor, name)
+
+    @property
+    def delete(self):
+        class Down:
+            @staticmethod
+            def remote(*args):
+                raise shards.ShardUnavailable("shard 0 is down (injected)")
+        return Down
+
+
+def _open_prefix(folder):
+    return shards.ShardedLive(folder, BITS, "single", None, 2, "code_prefix",
+                              max_probes=10**6, merge_threshold=1000)
+
+
+def _live_copies(live, ids):
+    """How many times each id is answered by a search that reaches every item."""
+    I = live.range_search(np.zeros((1, 1), np.uint64), BITS)[2].tolist()
+    return [I.count(i) for i in ids]
+
+
+def test_a_move_left_half_way_is_finished_before_the_next_upsert(ray_local, tmp_path):
+    """A code_prefix upsert moving id 5 from shard 0 to shard 1 fails after the new shard
+    wrote (the old shard is down for the delete): 503, the pending record stays and id 5 is
+    live twice. The next upsert (moving another id, which writes a new record) finishes the
+    pending move first: no record is overwritten, every id is live once with its last code."""
+    live = _open_prefix(tmp_path / "idx")
+    try:
+        live.add(np.array([[A], [C]], np.uint64), np.array([5, 6]))
+        real = live.actors[0]
+        live.actors[0] = _ShardDownAtDelete(real)
+        with pytest.raises(shards.ShardUnavailable, match="injected"):
+            live.upsert(np.array([[B]], np.uint64), np.array([5]))
+        live.actors[0] = real
+        assert (live.folder / shards.MOVES_FILE).exists()
+        assert _live_copies(live, [5, 6]) == [2, 1]  # the half-done move
+        assert live.upsert(np.array([[B]], np.uint64), np.array([6])) == (0, 1)
+        assert not (live.folder / shards.MOVES_FILE).exists()
+        assert _live_copies(live, [5, 6]) == [1, 1]
+        found, words = live.get(np.array([5, 6]))
+        assert found.all() and words[:, 0].tolist() == [B, B]
+    finally:
+        live.close()
+
+
+def test_a_crash_at_every_storage_call_of_a_move_then_reopen(ray_local, tmp_path):
+    """The ingress "dies" (SimulatedCrash) at each storage call of a moving upsert in turn (the
+    pending record's temp write, fsync, rename, directory fsync, and its removal at the end);
+    reopened, the index holds id 5 exactly once, with its old or its new code (the upsert was
+    not acknowledged), id 6 untouched, and no pending record."""
+    points = []
+    for at in range(1, 20):
+        folder = tmp_path / f"idx{at}"
+        live = _open_prefix(folder)
+        live.add(np.array([[A], [C]], np.uint64), np.array([5, 6]))
+        plan = fsio.FaultPlan(at=at, crash=True)
+        try:
+            with fsio.inject(plan):
+                live.upsert(np.array([[B]], np.uint64), np.array([5]))
+        except fsio.SimulatedCrash:
+            pass
+        if not plan.fired:
+            live.close()
+            break
+        points.append(plan.fired[0][0])
+        for actor in live.actors:  # abandoned as a dead process leaves it: nothing closed
+            ray.kill(actor, no_restart=True)
+        live = _open_prefix(folder)
+        try:
+            assert not (folder / shards.MOVES_FILE).exists()
+            assert _live_copies(live, [5, 6]) == [1, 1], f"crash at {plan.fired[0]}"
+            found, words = live.get(np.array([5, 6]))
+            assert found.all() and words[0, 0] in (A, B) and words[1, 0] == C
+        finally:
+            live.close()
+    assert points[:3] == ["open", "write", "fsync"] and "rename" in points \
+        and points[-1] == "unlink", points
+
+
+def test_an_unreadable_pending_move_record_names_the_file(ray_local, tmp_path):
+    """A damaged ``moves.pending.json`` keeps the index closed with an error naming the file
+    and what was expected (the registry lists the index as unavailable with that reason)."""
+    folder = tmp_path / "idx"
+    _open_prefix(folder).close()
+    for text, match in (('{"ids": [5]', "unreadable pending shard moves"),
+                        ('{"ids": [5], "old": [0], "new": [7]}', r"'new' must be a list of 1"),
+                        ('{"ids": [5, 6], "old": [0], "new": [1]}', r"'old' must be a list"),
+                        ('[1, 2]', "unreadable pending shard moves")):
+        (folder / shards.MOVES_FILE).write_text(text)
+        with pytest.raises(ValueError, match=match) as info:
+            _open_prefix(folder)
+        assert shards.MOVES_FILE in str(info.value)
