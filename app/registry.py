@@ -231,7 +231,7 @@ class Registry:
         catalog.check_name(name)
         sharding = {}
         if self.settings.shards and fill is None:
-            from bucketsearch.app.shards import PARTITIONINGS, prefix_bits
+            from bucketsearch.app.partitioning import PARTITIONINGS, prefix_bits
             if partitioning not in PARTITIONINGS:
                 raise ValueError(f"partitioning must be one of {PARTITIONINGS}, got "
                                  f"{partitioning!r}")

@@ -42,137 +42,25 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.app.partitioning import (PARTITIONINGS, id_shard, join_prefix,
+                                            popcount_small, prefix_bits, split_prefix)
 from bucketsearch.app.registry import IndexUnavailable
+from bucketsearch.app.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
-from bucketsearch.index.codes import as_words, n_words, pack_bits, unpack_words
-from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
+from bucketsearch.index.codes import as_words, n_words
+from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import DuplicateIdError, write_batch
 
 log = logging.getLogger("bucketsearch.app")
 
-PARTITIONINGS = ("id_hash", "code_prefix")
 MOVES_FILE = "moves.pending.json"  # code_prefix upserts that move ids between shards
 CALL_TIMEOUT_S = 120.0  # one shard call (a large batch or a merge can take seconds)
 RETRY_AFTER_S = 5
-_U64 = np.uint64
 
 
 class ShardUnavailable(IndexUnavailable):
     """A shard actor is dead or restarting: the request is refused whole (503, Retry-After)."""
-
-
-# ------------------------------------------------------------------------- partitioning
-def splitmix64(ids: np.ndarray) -> np.ndarray:
-    """The splitmix64 finalizer of every id (uint64): a well-mixed hash for id placement."""
-    with np.errstate(over="ignore"):
-        z = np.asarray(ids, dtype=np.int64).view(np.uint64) + _U64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-        return z ^ (z >> _U64(31))
-
-
-def id_shard(ids: np.ndarray, n: int) -> np.ndarray:
-    """The shard of each id under ``id_hash``."""
-    return (splitmix64(ids) % _U64(n)).astype(np.int64)
-
-
-def prefix_bits(n: int) -> int:
-    """``log2(n)``: the prefix width of ``code_prefix`` (``n`` must be a power of two >= 2)."""
-    if n < 2 or n & (n - 1):
-        raise ValueError(f"partitioning: code_prefix needs a power-of-two shard count >= 2 "
-                         f"(the first log2(N) bits pick the shard), got {n} shards; use "
-                         "id_hash or serve with --shards 2, 4, 8, ...")
-    return n.bit_length() - 1
-
-
-def split_prefix(words: np.ndarray, bits: int, p: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(prefix, suffix_words)``: the first ``p`` bits of each code as an int, and the
-    remaining ``bits - p`` bits as ``(bits-p)``-bit codes (words layout of :mod:`index.codes`)."""
-    words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(bits))
-    if bits <= 64:
-        w = words[:, 0]
-        rest = bits - p
-        prefix = (w >> _U64(rest)).astype(np.int64)
-        suffix = (w & _U64((1 << rest) - 1)).reshape(-1, 1)
-        return prefix, np.ascontiguousarray(suffix)
-    bits01 = unpack_words(words, bits)
-    prefix = np.zeros(len(words), dtype=np.int64)
-    for j in range(p):
-        prefix = (prefix << 1) | bits01[:, j]
-    return prefix, pack_bits(np.ascontiguousarray(bits01[:, p:]), bits - p)
-
-
-def join_prefix(prefix: int, suffix: np.ndarray, bits: int, p: int) -> np.ndarray:
-    """The inverse of :func:`split_prefix` for codes of one shard (one ``prefix``)."""
-    suffix = np.ascontiguousarray(suffix, dtype=np.uint64).reshape(-1, n_words(bits - p))
-    if bits <= 64:
-        out = suffix[:, 0] | _U64(prefix << (bits - p))
-        return out.reshape(-1, 1)
-    head = np.array([(prefix >> (p - 1 - j)) & 1 for j in range(p)], dtype=np.uint8)
-    bits01 = np.concatenate([np.broadcast_to(head, (len(suffix), p)),
-                             unpack_words(suffix, bits - p)], axis=1)
-    return pack_bits(np.ascontiguousarray(bits01), bits)
-
-
-def popcount_small(x: np.ndarray) -> np.ndarray:
-    """Set bits of small non-negative ints (prefixes: at most 8 bits)."""
-    x = np.asarray(x, dtype=np.int64)
-    out = np.zeros_like(x)
-    while x.any():
-        out += x & 1
-        x = x >> 1
-    return out
-
-
-# ----------------------------------------------------------------------------- the actor
-class ShardError(Exception):
-    """An error raised in a shard, in a form that crosses Ray (pickled by its args): the
-    engine's limit errors and any exception that does not pickle. :func:`_get` raises the
-    original kind again in the ingress."""
-
-    def __init__(self, kind: str, fields: dict, message: str):
-        super().__init__(kind, fields, message)
-        self.kind, self.fields, self.message = kind, fields, message
-
-    def rebuild(self) -> BaseException:
-        f = self.fields
-        if self.kind == "probe":
-            return ProbeLimitError(f["probes"], f["limit"], f["radius"], f["bits"])
-        if self.kind == "result":
-            return ResultLimitError(f["limit"], f["reached"])
-        for base in (DuplicateIdError, PermissionError, OSError, ValueError, LookupError):
-            if base.__name__ == self.kind:
-                return base(self.message)
-        return RuntimeError(self.message)
-
-
-def _portable(method):
-    """Raise what ``method`` raises as something that unpickles (see :class:`ShardError`)."""
-    import functools
-    import pickle
-
-    @functools.wraps(method)
-    def wrapped(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except ProbeLimitError as exc:
-            raise ShardError("probe", {"probes": int(exc.probes), "limit": int(exc.limit),
-                                       "radius": None if exc.radius is None else int(exc.radius),
-                                       "bits": self.live.bits}, str(exc)) from None
-        except ResultLimitError as exc:
-            raise ShardError("result", {"limit": exc.limit, "reached": exc.reached},
-                             str(exc)) from None
-        except Exception as exc:
-            try:
-                pickle.loads(pickle.dumps(exc))
-            except Exception:  # noqa: BLE001 -- sent as its nearest plain kind
-                kind = next((b.__name__ for b in (DuplicateIdError, PermissionError, OSError,
-                                                  ValueError, LookupError)
-                             if isinstance(exc, b)), "RuntimeError")
-                raise ShardError(kind, {}, f"{type(exc).__name__}: {exc}") from None
-            raise
-    return wrapped
 
 
 def _read_moves(path: Path, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -193,123 +81,6 @@ def _read_moves(path: Path, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.n
             raise ValueError(f"{path}: pending shard moves: {name!r} must be a list of "
                              f"{len(ids)} integers in [{low}, {high}]")
     return ids, old, new
-
-
-class ShardServer:
-    """One shard: a :class:`LiveIndex` in its own directory (own WAL, snapshots), in a Ray actor
-    process. Every method returns numpy arrays (moved through Ray's object store)."""
-
-    def __init__(self, folder: str, bits: int, mode: str, substrings, max_probes: int,
-                 merge_threshold: int, threads: int = 1, replica: bool = False,
-                 follow_interval_s: float = 0.2):
-        import numba
-
-        from bucketsearch.index.storage.live import LiveIndex
-        threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
-        os.environ["BUCKETSEARCH_THREADS"] = str(threads)
-        numba.set_num_threads(threads)
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        t = time.perf_counter()
-        # a replica: a read-only follower of the shard's directory (index/storage/follow.py),
-        # as the one-machine read-only workers are; it applies the primary's committed records
-        self.live = LiveIndex(folder, bits, mode, substrings, max_probes=max_probes,
-                              merge_threshold=merge_threshold, read_only=replica,
-                              background_merge=not replica)
-        self.opened_s = time.perf_counter() - t
-        self.pid = os.getpid()
-        self.follow_error = None
-        if replica:
-            self._stop = threading.Event()
-            threading.Thread(target=self._follow, args=(follow_interval_s,), daemon=True,
-                             name="follow-primary").start()
-
-    def _follow(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.live.catch_up()
-                self.follow_error = None
-            except Exception as exc:  # noqa: BLE001 -- retried at the next round
-                self.follow_error = f"{type(exc).__name__}: {exc}"
-
-    def lag(self) -> dict:
-        """A replica's staleness: its applied position and ``lag_ms`` bound."""
-        return {"pid": self.pid, "applied_lsn": self.live.applied.lsn,
-                "lag_ms": round(self.live.lag_ms, 1), "follow_error": self.follow_error}
-
-    def ping(self) -> int:
-        return self.pid
-
-    def counts(self) -> dict:
-        """The cheap part of :meth:`summary` (sent back with every write)."""
-        live, st = self.live, self.live.state
-        return {"pid": self.pid, "size": st.ntotal, "next_id": st.next_id,
-                "main_size": int(st.main.ntotal),
-                "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
-                "mode": live.mode, "substrings": getattr(st.main, "substrings", live.substrings),
-                "failed": live.failed, "merging": live.merging, "merges": live.merges,
-                "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
-
-    @_portable
-    def add(self, words, ids):
-        return self.live.add(words, ids), self.counts()
-
-    @_portable
-    def upsert(self, words, ids):
-        return self.live.upsert(words, ids), self.counts()
-
-    @_portable
-    def delete(self, ids):
-        return self.live.delete(ids), self.counts()
-
-    @_portable
-    def get(self, ids):
-        return self.live.get(ids)
-
-    def live_mask(self, ids) -> np.ndarray:
-        return self.live.state.live_mask(np.asarray(ids, dtype=np.int64))
-
-    @_portable
-    def range_groups(self, groups, stats: bool, max_probes, max_results):
-        """Radius searches of several query groups (``[(xq, radius), ...]``), one state."""
-        state = self.live.state
-        return [state.range_search(xq, r, stats, max_probes, max_results) for xq, r in groups]
-
-    @_portable
-    def knn_groups(self, groups, k: int, stats: bool, max_probes):
-        """k-NN of several query groups (``[(xq, max_distance), ...]``), one state."""
-        state = self.live.state
-        return [state.search(xq, k, r, stats, max_probes) for xq, r in groups]
-
-    def probe_count(self, radius: int, nq: int, max_probes) -> int:
-        from bucketsearch.index.storage.live import with_probe_limit
-        main = with_probe_limit(self.live.state.main, max_probes)
-        return int(main.probe_count(radius, nq))
-
-    @_portable
-    def merge(self) -> bool:
-        return self.live.merge()
-
-    @_portable
-    def set_mode(self, mode: str, substrings) -> bool:
-        return self.live.set_mode(mode, substrings)
-
-    def items(self):
-        return self.live.state.items()
-
-    def summary(self) -> dict:
-        from bucketsearch.app.registry import bucket_sizes
-        live, st = self.live, self.live.state
-        sizes = bucket_sizes(st.main)
-        values, counts = np.unique(sizes, return_counts=True)
-        return {**self.counts(),
-                "applied_lsn": live.applied.lsn, "distinct_codes": int(len(sizes)),
-                "histogram": {int(v): int(c) for v, c in zip(values, counts)},
-                "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
-                                    + st.delta_ids.nbytes),
-                "max_probes": int(st.main.max_probes), "opened_s": round(self.opened_s, 3)}
-
-    def close(self) -> None:
-        self.live.close()
 
 
 # ------------------------------------------------------------------------------ Ray glue

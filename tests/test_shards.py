@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.app import partitioning
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import LiveIndex
@@ -177,12 +178,12 @@ def test_code_prefix_split_roundtrip():
         words = rng.integers(0, 2**63, size=(50, n_words(bits)), dtype=np.uint64)
         if bits % 64:
             words[:, -1] &= np.uint64((1 << (bits % 64)) - 1)
-        prefix, suffix = shards.split_prefix(words, bits, p)
+        prefix, suffix = partitioning.split_prefix(words, bits, p)
         for s in np.unique(prefix):
             np.testing.assert_array_equal(
-                shards.join_prefix(int(s), suffix[prefix == s], bits, p), words[prefix == s])
+                partitioning.join_prefix(int(s), suffix[prefix == s], bits, p), words[prefix == s])
     with pytest.raises(ValueError, match="power-of-two"):
-        shards.prefix_bits(3)
+        partitioning.prefix_bits(3)
 
 
 def test_killed_shard_keeps_acknowledged_writes(ray_local, tmp_path):

@@ -1,0 +1,180 @@
+"""One shard of a sharded index (app/shards.py): :class:`ShardServer`, a
+:class:`~index.storage.live.LiveIndex` in its own directory, run as a Ray actor; its errors
+cross Ray as :class:`ShardError` and are raised again as their own kind in the ingress."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
+from bucketsearch.index.storage.live import DuplicateIdError
+
+
+class ShardError(Exception):
+    """An error raised in a shard, in a form that crosses Ray (pickled by its args): the
+    engine's limit errors and any exception that does not pickle. :func:`_get` raises the
+    original kind again in the ingress."""
+
+    def __init__(self, kind: str, fields: dict, message: str):
+        super().__init__(kind, fields, message)
+        self.kind, self.fields, self.message = kind, fields, message
+
+    def rebuild(self) -> BaseException:
+        f = self.fields
+        if self.kind == "probe":
+            return ProbeLimitError(f["probes"], f["limit"], f["radius"], f["bits"])
+        if self.kind == "result":
+            return ResultLimitError(f["limit"], f["reached"])
+        for base in (DuplicateIdError, PermissionError, OSError, ValueError, LookupError):
+            if base.__name__ == self.kind:
+                return base(self.message)
+        return RuntimeError(self.message)
+
+
+def _portable(method):
+    """Raise what ``method`` raises as something that unpickles (see :class:`ShardError`)."""
+    import functools
+    import pickle
+
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except ProbeLimitError as exc:
+            raise ShardError("probe", {"probes": int(exc.probes), "limit": int(exc.limit),
+                                       "radius": None if exc.radius is None else int(exc.radius),
+                                       "bits": self.live.bits}, str(exc)) from None
+        except ResultLimitError as exc:
+            raise ShardError("result", {"limit": exc.limit, "reached": exc.reached},
+                             str(exc)) from None
+        except Exception as exc:
+            try:
+                pickle.loads(pickle.dumps(exc))
+            except Exception:  # noqa: BLE001 -- sent as its nearest plain kind
+                kind = next((b.__name__ for b in (DuplicateIdError, PermissionError, OSError,
+                                                  ValueError, LookupError)
+                             if isinstance(exc, b)), "RuntimeError")
+                raise ShardError(kind, {}, f"{type(exc).__name__}: {exc}") from None
+            raise
+    return wrapped
+
+
+class ShardServer:
+    """One shard: a :class:`LiveIndex` in its own directory (own WAL, snapshots), in a Ray actor
+    process. Every method returns numpy arrays (moved through Ray's object store)."""
+
+    def __init__(self, folder: str, bits: int, mode: str, substrings, max_probes: int,
+                 merge_threshold: int, threads: int = 1, replica: bool = False,
+                 follow_interval_s: float = 0.2):
+        import numba
+
+        from bucketsearch.index.storage.live import LiveIndex
+        threads = max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        os.environ["BUCKETSEARCH_THREADS"] = str(threads)
+        numba.set_num_threads(threads)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        # a replica: a read-only follower of the shard's directory (index/storage/follow.py),
+        # as the one-machine read-only workers are; it applies the primary's committed records
+        self.live = LiveIndex(folder, bits, mode, substrings, max_probes=max_probes,
+                              merge_threshold=merge_threshold, read_only=replica,
+                              background_merge=not replica)
+        self.opened_s = time.perf_counter() - t
+        self.pid = os.getpid()
+        self.follow_error = None
+        if replica:
+            self._stop = threading.Event()
+            threading.Thread(target=self._follow, args=(follow_interval_s,), daemon=True,
+                             name="follow-primary").start()
+
+    def _follow(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.live.catch_up()
+                self.follow_error = None
+            except Exception as exc:  # noqa: BLE001 -- retried at the next round
+                self.follow_error = f"{type(exc).__name__}: {exc}"
+
+    def lag(self) -> dict:
+        """A replica's staleness: its applied position and ``lag_ms`` bound."""
+        return {"pid": self.pid, "applied_lsn": self.live.applied.lsn,
+                "lag_ms": round(self.live.lag_ms, 1), "follow_error": self.follow_error}
+
+    def ping(self) -> int:
+        return self.pid
+
+    def counts(self) -> dict:
+        """The cheap part of :meth:`summary` (sent back with every write)."""
+        live, st = self.live, self.live.state
+        return {"pid": self.pid, "size": st.ntotal, "next_id": st.next_id,
+                "main_size": int(st.main.ntotal),
+                "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
+                "mode": live.mode, "substrings": getattr(st.main, "substrings", live.substrings),
+                "failed": live.failed, "merging": live.merging, "merges": live.merges,
+                "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
+
+    @_portable
+    def add(self, words, ids):
+        return self.live.add(words, ids), self.counts()
+
+    @_portable
+    def upsert(self, words, ids):
+        return self.live.upsert(words, ids), self.counts()
+
+    @_portable
+    def delete(self, ids):
+        return self.live.delete(ids), self.counts()
+
+    @_portable
+    def get(self, ids):
+        return self.live.get(ids)
+
+    def live_mask(self, ids) -> np.ndarray:
+        return self.live.state.live_mask(np.asarray(ids, dtype=np.int64))
+
+    @_portable
+    def range_groups(self, groups, stats: bool, max_probes, max_results):
+        """Radius searches of several query groups (``[(xq, radius), ...]``), one state."""
+        state = self.live.state
+        return [state.range_search(xq, r, stats, max_probes, max_results) for xq, r in groups]
+
+    @_portable
+    def knn_groups(self, groups, k: int, stats: bool, max_probes):
+        """k-NN of several query groups (``[(xq, max_distance), ...]``), one state."""
+        state = self.live.state
+        return [state.search(xq, k, r, stats, max_probes) for xq, r in groups]
+
+    def probe_count(self, radius: int, nq: int, max_probes) -> int:
+        from bucketsearch.index.storage.live import with_probe_limit
+        main = with_probe_limit(self.live.state.main, max_probes)
+        return int(main.probe_count(radius, nq))
+
+    @_portable
+    def merge(self) -> bool:
+        return self.live.merge()
+
+    @_portable
+    def set_mode(self, mode: str, substrings) -> bool:
+        return self.live.set_mode(mode, substrings)
+
+    def items(self):
+        return self.live.state.items()
+
+    def summary(self) -> dict:
+        from bucketsearch.app.registry import bucket_sizes
+        live, st = self.live, self.live.state
+        sizes = bucket_sizes(st.main)
+        values, counts = np.unique(sizes, return_counts=True)
+        return {**self.counts(),
+                "applied_lsn": live.applied.lsn, "distinct_codes": int(len(sizes)),
+                "histogram": {int(v): int(c) for v, c in zip(values, counts)},
+                "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
+                                    + st.delta_ids.nbytes),
+                "max_probes": int(st.main.max_probes), "opened_s": round(self.opened_s, 3)}
+
+    def close(self) -> None:
+        self.live.close()
