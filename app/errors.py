@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from bucketsearch.app.registry import (IndexExists, IndexLimit, IndexNotFound, IndexUnavailable,
-                                       NotOnShards)
+                                       NotOnShards, SnapshotNotFound)
 from bucketsearch.index.storage.live import DuplicateIdError
 from bucketsearch.index.probe import ProbeLimitError
 from bucketsearch.index.storage.wal import AppendFailed, LogFailed
@@ -102,7 +102,8 @@ def install(app: FastAPI) -> None:
         return _json(503, exc.strerror or str(exc), headers={"Retry-After": "5"})
 
     @app.exception_handler(IndexNotFound)
-    async def not_found(request: Request, exc: IndexNotFound):
+    @app.exception_handler(SnapshotNotFound)
+    async def not_found(request: Request, exc: LookupError):
         return _json(404, str(exc))
 
     @app.exception_handler(PermissionError)

@@ -22,7 +22,7 @@ from bucketsearch import __version__
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import backup, catalog
+from bucketsearch.index.storage import backup, catalog, exports
 from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
@@ -34,6 +34,10 @@ RESTORE_CHUNK = 1 << 20  # items per WAL record of a restore (a record is at mos
 class IndexNotFound(LookupError):
     def __init__(self, name: str):
         super().__init__(f"index {name!r} not found")
+
+
+class SnapshotNotFound(LookupError):
+    """A snapshot name that the index does not hold (404)."""
 
 
 class IndexExists(LookupError):
@@ -269,7 +273,7 @@ class Registry:
         """Create index ``name`` from a backup (:mod:`index.storage.backup`), atomically: its
         items are logged and merged into a snapshot inside the hidden new folder, which is
         renamed into place only when complete."""
-        meta, ids, words = backup.load(data)
+        meta, ids, words = backup.load(exports.backup_bytes(data))
         bits, mode, substrings = meta["bits"], meta["mode"], meta.get("substrings")
         s = self.settings
 
@@ -288,10 +292,34 @@ class Registry:
     def backup(self, entry: Entry) -> bytes:
         """The backup file of ``entry``'s live items at one consistent state."""
         ids, words = entry.live.state.items()
-        meta = {"name": entry.name, "bits": entry.bits, "mode": entry.mode,
-                "substrings": entry.substrings, "created_at": time.time(),
-                "bucketsearch": __version__}
-        return backup.dump(meta, ids, words)
+        return backup.dump({**self._backup_meta(entry), "created_at": time.time()}, ids, words)
+
+    def _backup_meta(self, entry: Entry) -> dict:
+        return {"name": entry.name, "index": entry.name, "bits": entry.bits,
+                "mode": entry.mode, "substrings": entry.substrings, "bucketsearch": __version__}
+
+    def snapshot(self, entry: Entry) -> dict:
+        """Write a snapshot tar of ``entry``'s live items at one state (every write acknowledged
+        before the call is in it) into the index folder (:mod:`index.storage.exports`)."""
+        if self.settings.read_only:
+            raise PermissionError("the server is read-only: snapshots are written by the "
+                                  "writer (GET /v1/indexes/{name}/backup works here)")
+        ids, words = entry.live.state.items()
+        return exports.create(entry.folder, self._backup_meta(entry), ids, words)
+
+    def snapshot_path(self, entry: Entry, snapshot: str) -> Path:
+        """The file of one of ``entry``'s snapshots (:class:`SnapshotNotFound` if none)."""
+        try:
+            return exports.path_of(entry.folder, snapshot)
+        except FileNotFoundError:
+            raise SnapshotNotFound(f"index {entry.name!r} has no snapshot {snapshot!r} (GET "
+                                   f"/v1/indexes/{entry.name}/snapshots lists them)") from None
+
+    def delete_snapshot(self, entry: Entry, snapshot: str) -> None:
+        if self.settings.read_only:
+            raise PermissionError("the server is read-only: snapshots cannot be deleted")
+        self.snapshot_path(entry, snapshot)  # 404 when there is none
+        exports.delete(entry.folder, snapshot)
 
     def set_mode(self, entry: Entry, mode: str, substrings: int | None) -> bool:
         """Rebuild ``entry`` in another mode in place (:meth:`LiveIndex.set_mode`)."""

@@ -105,6 +105,17 @@ class WriteOut(BaseModel):
     size: int = Field(description="live items after the write")
 
 
+class SnapshotInfo(BaseModel):
+    snapshot: str = Field(description="the snapshot's name: GET/DELETE .../snapshots/{snapshot}")
+    bytes: int = Field(description="size of the tar")
+    created_at: float = Field(description="Unix time of the snapshot")
+    sha256: str | None = Field(None, description="SHA-256 of the whole tar (creation only)")
+    index: str | None = None
+    bits: int | None = None
+    mode: str | None = None
+    items: int | None = Field(None, description="live items in the snapshot (creation only)")
+
+
 class SearchRequest(Strict):
     codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
     max_distance: int | None = Field(None, ge=0, le=256,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,13 @@ def seed(data_dir: Path) -> None:
         codes = [format(i * 0x9E3779B97F4A7C15 % 2**64, "016x") for i in range(100)]
         r = c.post("/v1/indexes/ix/items", json={"ids": list(range(100)), "codes": codes})
         assert r.status_code == 200, r.text
+        # snapshots of 'ix' under known names: 'ix-get.tar' to read, 'ix-<key>.tar' to delete
+        snap = c.post("/v1/indexes/ix/snapshots").json()["snapshot"]
+        registry = c.app.state.registry
+        path = registry.snapshot_path(registry.get("ix"), snap)
+        for name in ["get", *SENT]:
+            shutil.copyfile(path, path.with_name(f"ix-{name}.tar"))
+        path.unlink()
 
 
 _fresh = itertools.count(10_000)
@@ -122,6 +130,14 @@ EXAMPLES = {
     ("GET", "/v1/indexes/{name}/backup"): (READ, lambda sent: ("/v1/indexes/ix/backup", None)),
     ("POST", "/v1/indexes/{name}/restore"): (WRITE, lambda sent: (
         f"/v1/indexes/rest-{next(_fresh)}/restore", EMPTY_BACKUP)),
+    ("POST", "/v1/indexes/{name}/snapshots"): (WRITE, lambda sent: (
+        "/v1/indexes/ix/snapshots", None)),
+    ("GET", "/v1/indexes/{name}/snapshots"): (READ, lambda sent: (
+        "/v1/indexes/ix/snapshots", None)),
+    ("GET", "/v1/indexes/{name}/snapshots/{snapshot}"): (READ, lambda sent: (
+        "/v1/indexes/ix/snapshots/ix-get.tar", None)),
+    ("DELETE", "/v1/indexes/{name}/snapshots/{snapshot}"): (WRITE, lambda sent: (
+        f"/v1/indexes/ix/snapshots/ix-{sent}.tar", None)),
     ("GET", "/v1/limits"): (READ, lambda sent: ("/v1/limits", None)),
     ("GET", "/ui"): (OPEN, lambda sent: ("/ui", None)),
     ("GET", "/ui/static/{name}"): (OPEN, lambda sent: ("/ui/static/dashboard.css", None)),

@@ -4,6 +4,8 @@ Answers are checked against the brute-force model of ``storage_model``; a mode c
 restore are also checked across a reopen (the snapshot carries the mode)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from helpers import app_client
@@ -207,9 +209,11 @@ def test_a_restore_that_fails_halfway_leaves_no_index(client, tmp_path):
     assert len(failed) >= 5, failed  # the fault hit the restore's own writes, several times
 
 
-def test_a_backup_during_concurrent_writes_holds_every_write_acknowledged_before_it(client):
+@pytest.mark.parametrize("form", ["file", "snapshot"])
+def test_a_backup_during_concurrent_writes_holds_every_write_acknowledged_before_it(client, form):
     """Issue 13's acceptance: writes acknowledged before the backup began are all in the
-    restored index; nothing else is (each write is whole or absent), codes included."""
+    restored index; nothing else is (each write is whole or absent), codes included. ``form``:
+    the backup file (GET .../backup) or a snapshot tar (POST .../snapshots)."""
     import threading
 
     c = client
@@ -235,7 +239,11 @@ def test_a_backup_during_concurrent_writes_holds_every_write_acknowledged_before
     rounds = []
     for _ in range(3):  # backups while the writer runs (merges happen meanwhile too)
         before = set(acked)
-        data = registry.backup(registry.get("w"))
+        entry = registry.get("w")
+        if form == "file":
+            data = registry.backup(entry)
+        else:
+            data = registry.snapshot_path(entry, registry.snapshot(entry)["snapshot"]).read_bytes()
         rounds.append((before, data))
     stop.set()
     thread.join()
@@ -247,3 +255,127 @@ def test_a_backup_during_concurrent_writes_holds_every_write_acknowledged_before
         for i, code in got.items():  # the add's code, or the upsert's that replaced it
             upserted = (tuple(POOL[(i + 1) % 50]),) if i % 7 == 0 else ()
             assert code in (tuple(POOL[i % 50]), *upserted)
+
+
+# ------------------------------------------------------------------------------ snapshots
+def tar_of(res) -> dict:
+    """The members of a snapshot tar download, by name."""
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(res.content)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+
+
+def restore(c, name, data, ctype="application/x-tar"):
+    return c.post(f"/v1/indexes/{name}/restore", content=data, headers={"Content-Type": ctype})
+
+
+def test_http_snapshots_create_list_download_restore_delete(client, tmp_path):
+    import hashlib
+    import json
+
+    c = client
+    c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "mih"})
+    c.post("/v1/indexes/a/items", json={"ids": list(range(30)), "codes": hexes(range(30))})
+    c.post("/v1/indexes/a/items/delete", json={"ids": [4]})
+    before = search_ids(c, "a", [40, 3], r=3)
+    assert c.get("/v1/indexes/a/snapshots").json() == []
+
+    res = c.post("/v1/indexes/a/snapshots")
+    assert res.status_code == 201, res.text
+    info = res.json()
+    assert info["index"] == "a" and info["items"] == 29 and info["bits"] == BITS
+    assert info["mode"] == "mih" and info["snapshot"].startswith("a-")
+    listed = c.get("/v1/indexes/a/snapshots").json()
+    assert [s["snapshot"] for s in listed] == [info["snapshot"]]
+    assert listed[0]["bytes"] == info["bytes"]
+
+    res = c.get(f"/v1/indexes/a/snapshots/{info['snapshot']}")
+    assert res.status_code == 200 and res.headers["content-type"] == "application/x-tar"
+    assert hashlib.sha256(res.content).hexdigest() == info["sha256"]
+    members = tar_of(res)
+    assert sorted(members) == ["index.bsbackup", "manifest.json"]
+    manifest = json.loads(members["manifest.json"])
+    assert manifest["files"]["index.bsbackup"]["sha256"] == \
+        hashlib.sha256(members["index.bsbackup"]).hexdigest()
+    assert manifest["items"] == 29 and manifest["bits"] == BITS
+    data = res.content
+
+    c.post("/v1/indexes/a/items", json={"ids": [100], "codes": hexes([41])})  # after it
+    res = restore(c, "b", data)
+    assert res.status_code == 201, res.text
+    assert res.json()["mode"] == "mih" and res.json()["size"] == 29
+    assert search_ids(c, "b", [40, 3], r=3) == before
+    # the backup file form still restores, and a tar sent as octet-stream is recognised
+    assert restore(c, "b2", data, "application/octet-stream").status_code == 201
+    assert restore(c, "b2", data).status_code == 409
+
+    # damage: every kind refused with the reason, nothing left behind
+    payload_at = data.index(members["index.bsbackup"][:64])
+    flipped = bytearray(data)
+    flipped[payload_at + 40] ^= 1
+    import io
+    import tarfile
+    lone = io.BytesIO()
+    with tarfile.open(fileobj=lone, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        item = tarfile.TarInfo("index.bsbackup")
+        item.size = len(members["index.bsbackup"])
+        tar.addfile(item, io.BytesIO(members["index.bsbackup"]))
+    for damaged, reason in ((bytes(flipped), "SHA-256"),
+                            (data[:payload_at + 100], "SHA-256|not a readable snapshot tar"),
+                            (lone.getvalue(), "lacks manifest.json"),
+                            (data[:1024].replace(b"bucketsearch-snapshot", b"bucketsearch-snapshoT"),
+                             "not a readable|not valid JSON|format")):
+        res = restore(c, "c", damaged)
+        assert res.status_code == 400, (reason, res.text)
+        assert re.search(reason, res.json()["detail"]), res.json()["detail"]
+        assert c.get("/v1/indexes/c").status_code == 404
+    res = restore(c, "c", b"not a tar", "text/plain")
+    assert res.status_code == 415 and "application/x-tar" in res.json()["detail"]
+
+    # names: a bad one is 400 naming the field, a missing one 404 naming it
+    res = c.get("/v1/indexes/a/snapshots/..secret.tar")
+    assert res.status_code == 400 and "snapshot" in res.json()["detail"]
+    res = c.get("/v1/indexes/a/snapshots/a-none.tar")
+    assert res.status_code == 404 and "a-none.tar" in res.json()["detail"]
+    assert c.get("/v1/indexes/nope/snapshots").status_code == 404
+
+    assert c.delete(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 204
+    assert c.get(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 404
+    assert c.delete(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 404
+    assert c.get("/v1/indexes/a/snapshots").json() == []
+
+
+def test_a_snapshot_that_fails_or_crashes_halfway_is_whole_or_absent(client, tmp_path):
+    """ENOSPC at each storage call of POST .../snapshots: 503, and no snapshot is listed; a
+    simulated crash at each call: what is listed afterwards restores whole (a snapshot is
+    renamed into place complete, a temp file is never listed)."""
+    c = client
+    c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "single"})
+    c.post("/v1/indexes/a/items", json={"ids": list(range(25)), "codes": hexes(range(25))})
+    failed = 0
+    for at in range(1, 12):
+        with fsio.inject(FaultPlan(at=at, errno=28)) as plan:
+            res = c.post("/v1/indexes/a/snapshots")
+        if not plan.fired:
+            assert res.status_code == 201
+            break
+        failed += 1
+        assert res.status_code == 503 and "storage" in res.json()["detail"], res.text
+        assert c.get("/v1/indexes/a/snapshots").json() == []
+    assert failed >= 4  # mkdir, the directory's fsync, the temp file's open/write/fsync, ...
+    registry = c.app.state.registry
+    for at in range(1, 12):
+        plan = FaultPlan(at=at, crash=True)
+        try:
+            with fsio.inject(plan):
+                registry.snapshot(registry.get("a"))
+        except fsio.SimulatedCrash:
+            pass
+        for snap in c.get("/v1/indexes/a/snapshots").json():
+            data = c.get(f"/v1/indexes/a/snapshots/{snap['snapshot']}").content
+            name = f"r{at}-{snap['snapshot'][-12:-4]}"
+            assert restore(c, name, data).status_code in (201, 409)
+            assert c.get(f"/v1/indexes/{name}").json()["size"] == 25
+        if not plan.fired:
+            break

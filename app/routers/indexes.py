@@ -1,19 +1,21 @@
 """Index lifecycle and writes: create, list, describe, change mode, delete, insert, upsert,
-read and delete items, merge, backup and restore."""
+read and delete items, merge, backup (a file, or snapshots kept on the server) and restore."""
 from __future__ import annotations
 
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import FileResponse
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
                                    SettingsDep, WriteAuth)
 from bucketsearch.app.parsing import check_batch, content_type, parse_items, unsupported_media_type
 from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, GetIn, GetOut, IndexInfo,
-                                      IndexList, ItemsIn, SetMode, WriteOut, error_responses,
-                                      json_or_octet_body)
+                                      IndexList, ItemsIn, SetMode, SnapshotInfo, WriteOut,
+                                      error_responses, json_or_octet_body)
 from bucketsearch.index.codes import to_hex
+from bucketsearch.index.storage import exports
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
                    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
@@ -41,8 +43,9 @@ FirstId = Annotated[int | None, Query(ge=0, le=MAX_ID, description="octet-stream
                                       "first_id, first_id+1, ... and the body holds codes only")]
 AutoIds = Annotated[bool, Query(description="octet-stream insert: the body holds codes only and "
                                            "the index gives the ids (first_id in the answer)")]
-BACKUP_BODY = {"requestBody": {"required": True, "content": {"application/octet-stream": {
-    "schema": {"type": "string", "format": "binary"}}}}}
+RESTORE_TYPES = ("application/x-tar", "application/octet-stream")
+BACKUP_BODY = {"requestBody": {"required": True, "content": {
+    t: {"schema": {"type": "string", "format": "binary"}} for t in RESTORE_TYPES}}}
 
 
 @router.post("", status_code=201, response_model=IndexInfo, dependencies=[WriteAuth])
@@ -149,13 +152,50 @@ def backup(entry: EntryDep, registry: RegistryDep) -> Response:
                              f'attachment; filename="{entry.name}.bsbackup"'})
 
 
+@router.post("/{name}/snapshots", status_code=201, response_model=SnapshotInfo,
+             dependencies=[WriteAuth])
+def create_snapshot(entry: EntryDep, registry: RegistryDep) -> dict:
+    """Write a snapshot of the index for backup: its live items at one state (every write
+    acknowledged before this request is in it), a tar holding ``manifest.json`` (bits, mode,
+    item count, the SHA-256 of the payload) and ``index.bsbackup`` (the backup file), kept on
+    the server until deleted (or the index is). ``GET .../snapshots/{snapshot}`` downloads it,
+    ``POST /v1/indexes/{new name}/restore`` reads it back."""
+    return registry.snapshot(entry)
+
+
+@router.get("/{name}/snapshots", response_model=list[SnapshotInfo], dependencies=[ReadAuth])
+def list_snapshots(entry: EntryDep) -> list[dict]:
+    """The index's snapshots, oldest first."""
+    return exports.listing(entry.folder)
+
+
+@router.get("/{name}/snapshots/{snapshot}", dependencies=[ReadAuth], response_class=FileResponse,
+            responses={200: {"content": {"application/x-tar": {
+                "schema": {"type": "string", "format": "binary"}}}}})
+def download_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> FileResponse:
+    """One snapshot as a tar stream (``Content-Length``; the SHA-256 of the tar is in the
+    listing of its creation, the payload's inside the tar)."""
+    path = registry.snapshot_path(entry, snapshot)
+    return FileResponse(path, media_type="application/x-tar", filename=snapshot)
+
+
+@router.delete("/{name}/snapshots/{snapshot}", status_code=204, dependencies=[WriteAuth])
+def delete_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> Response:
+    """Remove one snapshot."""
+    registry.delete_snapshot(entry, snapshot)
+    return Response(status_code=204)
+
+
 @router.post("/{name}/restore", status_code=201, response_model=IndexInfo,
              dependencies=[WriteAuth], openapi_extra=BACKUP_BODY)
 def restore(name: IndexName, request: Request, body: BodyBytes, registry: RegistryDep) -> dict:
-    """Create index ``name`` from a backup file (application/octet-stream), atomically: it
-    appears complete or not at all; 409 if the name exists. Bits, mode and substrings come
-    from the backup."""
+    """Create index ``name`` from a snapshot tar (application/x-tar, from ``GET
+    .../snapshots/{snapshot}``) or a backup file (application/octet-stream, from ``GET
+    .../backup``), atomically: everything is verified (checksums, header, ids, codes) before
+    the index appears, complete or not at all; 409 if the name exists. Bits, mode and
+    substrings come from the backup."""
     ctype = content_type(request)
-    if ctype != "application/octet-stream":
-        raise unsupported_media_type(ctype, "application/octet-stream (a backup file)")
+    if ctype not in RESTORE_TYPES:
+        raise unsupported_media_type(ctype, " or ".join(RESTORE_TYPES) + " (a snapshot tar or "
+                                     "a backup file)")
     return registry.info(registry.restore(name, body))
