@@ -109,6 +109,16 @@ def test_set_mode_rejects_a_mode_that_is_not_served(tmp_path):
 
 
 # ------------------------------------------------------------------------------ backup file
+def deep_header() -> bytes:
+    """A backup whose JSON header nests 100,000 deep (a stack overflow for a recursive parser)
+    with a valid CRC: refused as an invalid header, not a crash."""
+    import struct
+    import zlib
+    header = b"[" * 100_000 + b"]" * 100_000
+    body = backup.MAGIC + struct.pack("<II", 1, len(header)) + header
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
 def test_backup_roundtrip_and_every_damage_is_named(tmp_path):
     live, model = loaded(tmp_path)
     ids, words = live.state.items()
@@ -122,7 +132,8 @@ def test_backup_roundtrip_and_every_damage_is_named(tmp_path):
     for damaged, message in [(b"hello", "not a bucketsearch backup"),
                              (data[:-9] + data[-4:], "checksum"),
                              (bytes(bad), "checksum"),
-                             (data[:8] + b"\x02" + data[9:], "version 2")]:
+                             (data[:8] + b"\x02" + data[9:], "version 2"),
+                             (deep_header(), "header is not valid")]:
         with pytest.raises(backup.BackupError, match=message):
             backup.load(damaged)
     live.close()
@@ -316,14 +327,22 @@ def test_http_snapshots_create_list_download_restore_delete(client, tmp_path):
     flipped[payload_at + 40] ^= 1
     import io
     import tarfile
-    lone = io.BytesIO()
-    with tarfile.open(fileobj=lone, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        item = tarfile.TarInfo("index.bsbackup")
-        item.size = len(members["index.bsbackup"])
-        tar.addfile(item, io.BytesIO(members["index.bsbackup"]))
+
+    def tar_with(files: dict) -> bytes:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, blob in files.items():
+                item = tarfile.TarInfo(name)
+                item.size = len(blob)
+                tar.addfile(item, io.BytesIO(blob))
+        return out.getvalue()
     for damaged, reason in ((bytes(flipped), "SHA-256"),
                             (data[:payload_at + 100], "SHA-256|not a readable snapshot tar"),
-                            (lone.getvalue(), "lacks manifest.json"),
+                            (tar_with({"index.bsbackup": members["index.bsbackup"]}),
+                             "lacks manifest.json"),
+                            (tar_with({"manifest.json": b"[" * 10**5 + b"]" * 10**5,
+                                       "index.bsbackup": members["index.bsbackup"]}),
+                             "not valid JSON"),
                             (data[:1024].replace(b"bucketsearch-snapshot", b"bucketsearch-snapshoT"),
                              "not a readable|not valid JSON|format")):
         res = restore(c, "c", damaged)

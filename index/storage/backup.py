@@ -18,6 +18,7 @@ import struct
 import zlib
 
 import numpy as np
+import orjson
 
 from bucketsearch.index.codes import check_bits, check_word_range, n_words
 
@@ -59,7 +60,7 @@ def load(data: bytes) -> tuple[dict, np.ndarray, np.ndarray]:
         raise BackupError("body: the backup's checksum does not match (truncated or damaged "
                           "in transit)")
     try:
-        meta = json.loads(bytes(data[fixed:fixed + hlen]))
+        meta = orjson.loads(bytes(data[fixed:fixed + hlen]))  # depth-limited: ValueError
         bits, n, w = check_bits(meta["bits"]), int(meta["n"]), int(meta["words"])
         str(meta["mode"])
     except (ValueError, KeyError, TypeError) as exc:

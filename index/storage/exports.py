@@ -28,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import orjson
 
 from bucketsearch.index.storage import backup, fsio
 from bucketsearch.index.storage.backup import BackupError
@@ -69,7 +70,7 @@ def unpack(data) -> bytes:
             if missing:
                 raise BackupError(f"body: the snapshot tar lacks {', '.join(missing)} (members: "
                                   f"{sorted(members) or 'none'})")
-            manifest = json.loads(tar.extractfile(members[MANIFEST]).read())
+            manifest = orjson.loads(tar.extractfile(members[MANIFEST]).read())  # depth-limited
             payload = tar.extractfile(members[PAYLOAD]).read()
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise BackupError(f"body: not a readable snapshot tar ({exc})") from None
