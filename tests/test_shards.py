@@ -321,6 +321,16 @@ def test_serve_shards_end_to_end(tmp_path):
                 assert r.json()["codes"][0] is None
                 assert r.json()["codes"][1] == to_hex(words[5:6], 64)[0]
                 assert c.get(f"/v1/indexes/s-{part}").json()["size"] == 297
+                # a snapshot of a sharded index holds every shard's items; it restores
+                snap = c.post(f"/v1/indexes/s-{part}/snapshots")
+                assert snap.status_code == 201 and snap.json()["items"] == 297, snap.text
+                tar = c.get(f"/v1/indexes/s-{part}/snapshots/{snap.json()['snapshot']}")
+                r = c.post(f"/v1/indexes/r-{part}/restore", content=tar.content,
+                           headers={"Content-Type": "application/x-tar"})
+                assert r.status_code == 201 and r.json()["size"] == 297, r.text
+                r = c.post(f"/v1/indexes/r-{part}/items/get", json={"ids": [0, 5]})
+                assert r.json()["codes"] == [None, to_hex(words[5:6], 64)[0]]
+                assert c.delete(f"/v1/indexes/r-{part}").status_code == 204
                 r = c.get(f"/v1/indexes/s-{part}/sample", params={"n": 5, "seed": 1})
                 assert r.status_code == 200 and len(set(r.json()["ids"]) - set(range(3, 300))) \
                     == 0 and len(r.json()["ids"]) == 5
