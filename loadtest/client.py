@@ -1,5 +1,6 @@
 """HTTP client of a bucketsearch server: :class:`Client` (blocking) and :class:`AsyncClient`
-(asyncio), both on httpx, importing nothing from the server package.
+(asyncio): the blocking one on keep-alive http.client connections (:mod:`loadtest.transport`),
+the asyncio one on httpx; both import nothing from the server package.
 
 They mirror the engine (``bucketsearch.index``): ``range_search(name, queries, r)`` returns
 faiss's CSR layout ``(lims, D, I)``, query ``q``'s results at ``lims[q]:lims[q+1]`` ordered by
@@ -50,12 +51,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
-import httpcore
 import httpx
 import numpy as np
 import orjson
 
 from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_packed
+from bucketsearch.loadtest.transport import PooledHTTP
 from bucketsearch.loadtest.wire import (CODE_FORMATS, JSON, OCTET, RemoteSearchStats, check_wire,
                                         concat_csr, convert_words, decode_search, encode_search,
                                         knn_rows)
@@ -753,99 +754,28 @@ def _limits(max_connections: int) -> httpx.Limits:
                         max_keepalive_connections=max_connections)
 
 
-# ----------------------------------------------------- one send per request (sync transport)
-class _CoalescingStream(httpcore.NetworkStream):
-    """A connection that holds the writes of a request until its first read (or until they
-    pass :attr:`MAX_HELD` bytes), so that the request line, headers and a small body leave in
-    one ``send``. httpcore writes the headers and the body apart: two segments, two wake-ups of
-    the server's event loop and a second parse step there, about 0.1 ms per request on a
-    loaded 2-core machine (bench/RESULTS.md, issue 13)."""
-
-    MAX_HELD = 64 << 10  # larger bodies go as they come (no copy of a big body)
-
-    def __init__(self, stream: httpcore.NetworkStream):
-        self._stream = stream
-        self._held: list[bytes] = []
-        self._size = 0
-        self._timeout: float | None = None
-
-    def _flush(self) -> None:
-        if self._held:
-            data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
-            self._held, self._size = [], 0
-            self._stream.write(data, self._timeout)
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._timeout = timeout
-        if self._size + len(buffer) <= self.MAX_HELD:
-            self._held.append(buffer)
-            self._size += len(buffer)
-            return
-        self._flush()
-        self._stream.write(buffer, timeout)
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        self._flush()
-        return self._stream.read(max_bytes, timeout)
-
-    def close(self) -> None:
-        self._held, self._size = [], 0
-        self._stream.close()
-
-    def start_tls(self, *args, **kwargs) -> httpcore.NetworkStream:
-        self._flush()
-        return _CoalescingStream(self._stream.start_tls(*args, **kwargs))
-
-    def get_extra_info(self, info: str):
-        return self._stream.get_extra_info(info)
-
-
-class _CoalescingBackend(httpcore.NetworkBackend):
-    """httpcore's socket backend with :class:`_CoalescingStream` connections."""
-
-    def __init__(self):
-        self._backend = httpcore.SyncBackend()
-
-    def connect_tcp(self, *args, **kwargs) -> httpcore.NetworkStream:
-        return _CoalescingStream(self._backend.connect_tcp(*args, **kwargs))
-
-    def connect_unix_socket(self, *args, **kwargs) -> httpcore.NetworkStream:
-        return _CoalescingStream(self._backend.connect_unix_socket(*args, **kwargs))
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-def coalescing_transport(limits: httpx.Limits) -> httpx.HTTPTransport:
-    """httpx's own transport whose connections send each request in one piece
-    (:class:`_CoalescingStream`); httpx's plain transport if its pool is not the expected
-    httpcore one."""
-    transport = httpx.HTTPTransport(limits=limits)
-    pool = getattr(transport, "_pool", None)
-    if isinstance(pool, httpcore.ConnectionPool) and hasattr(pool, "_network_backend"):
-        pool._network_backend = _CoalescingBackend()
-    return transport
-
-
 class Client(_Base):
     """Blocking client (``with Client(url) as c: ...``); see the module docstring. Parameters:
     ``url``; ``api_key`` (sent as ``Authorization: Bearer``); ``timeout`` seconds per request;
     ``wire`` "binary" or "json"; ``retry`` (:class:`Retry`); ``limits`` (:class:`Limits`);
-    extra ``headers``; ``max_connections`` of the pool; ``transport``: an httpx transport
-    (default httpx's own, each request sent in one piece: :func:`coalescing_transport`)."""
+    extra ``headers``; ``max_connections`` kept alive; ``transport``: an httpx transport, sent
+    through ``httpx.Client`` (default: keep-alive ``http.client`` connections,
+    :class:`~loadtest.transport.PooledHTTP`, a quarter of httpx's CPU per request)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, max_connections: int = 10,
                  transport: httpx.BaseTransport | None = None, **kw):
         super().__init__(url, **kw)
-        limits = _limits(max_connections)
-        self._http = httpx.Client(base_url=self.url, headers=self.headers,
-                                  timeout=httpx.Timeout(self.timeout), limits=limits,
-                                  transport=transport or coalescing_transport(limits))
+        self._http = None if transport is None else httpx.Client(
+            base_url=self.url, headers=self.headers, timeout=httpx.Timeout(self.timeout),
+            limits=_limits(max_connections), transport=transport)
+        self._pool = PooledHTTP(self.url, self.headers, self.timeout, max_connections) \
+            if transport is None else None
 
     def _transmit(self, call: Call):
         try:
-            return self._http.request(call.method, call.path, params=call.params,
-                                      content=call.content, headers=call.headers)
+            send = self._pool.request if self._http is None else self._http.request
+            return send(call.method, call.path, params=call.params, content=call.content,
+                        headers=call.headers)
         except httpx.TransportError as exc:
             return exc
 
@@ -866,7 +796,10 @@ class Client(_Base):
             value, exc = self._attempt(call)
 
     def close(self) -> None:
-        self._http.close()
+        if self._http is not None:
+            self._http.close()
+        else:
+            self._pool.close()
 
     def __enter__(self) -> "Client":
         return self

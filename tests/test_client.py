@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import httpx
 import numpy as np
@@ -601,3 +602,70 @@ def test_backup_and_restore_commands(server, tmp_path):
     assert done.returncode == 2 and "checksum" in done.stderr
     done = run("backup", "nope", str(tmp_path / "x"))
     assert done.returncode == 2 and "not found" in done.stderr and not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------ the blocking Client's connections
+def test_pooled_connections_are_kept_alive_and_a_closed_idle_one_is_replaced():
+    """Requests reuse one keep-alive connection; when the server closes an idle connection
+    without saying so (as uvicorn does after its keep-alive timeout), the next request, a
+    write here, goes on a new connection instead of failing."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bucketsearch.loadtest.transport import PooledHTTP
+
+    seen, closing = [], [False]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            seen.append((self.client_address[1], self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+            self.close_connection = closing[0]
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    pool = PooledHTTP(f"http://127.0.0.1:{httpd.server_address[1]}", {}, 5.0)
+    try:
+        for i in range(5):
+            assert pool.request("POST", "/x", {"i": i}, b"read").json() == {}
+        assert len({port for port, _ in seen}) == 1
+        closing[0] = True
+        pool.request("POST", "/x", None, b"last on this connection")
+        closing[0] = False
+        time.sleep(0.2)  # the server has closed it by now
+        answer = pool.request("POST", "/x", None, b"write")
+        assert answer.status_code == 200 and seen[-1][1] == b"write"
+        assert len({port for port, _ in seen}) == 2
+    finally:
+        pool.close()
+        httpd.shutdown()
+
+
+def test_a_request_leaves_in_one_send():
+    """The head and a small body go out in one send (http.client sends them apart); a body
+    over MAX_HELD is not copied into one."""
+    from bucketsearch.loadtest import transport
+
+    class Socket:
+        def __init__(self):
+            self.sent = []
+
+        def sendall(self, data):
+            self.sent.append(bytes(data))
+
+    for size, sends in ((100, 1), (transport._OneSend.MAX_HELD + 1, 2)):
+        conn = transport._HTTP("127.0.0.1", 1)
+        conn.sock = Socket()
+        conn.hold()
+        conn.request("POST", "/v1/x", body=b"b" * size, headers={"content-type": "application/octet-stream"})
+        conn.flush()
+        assert len(conn.sock.sent) == sends, (size, [len(s) for s in conn.sock.sent])
+        assert b"".join(conn.sock.sent).endswith(b"b" * size)
