@@ -634,6 +634,24 @@ class _Base:
                           headers={"content-type": OCTET}, idempotent=False)
         return self._remember(resp.json())
 
+    def _g_snapshot(self, name):
+        resp = yield Call("POST", index_path(name, "snapshots"), idempotent=False)
+        return resp.json()
+
+    def _g_snapshots(self, name):
+        resp = yield self._json("GET", index_path(name, "snapshots"))
+        return resp.json()
+
+    def _g_download_snapshot(self, name, snapshot, dest):
+        resp = yield Call("GET", index_path(name, "snapshots", quote(str(snapshot), safe="")),
+                          idempotent=True)
+        write_sink(dest, resp.content)
+        return len(resp.content)
+
+    def _g_delete_snapshot(self, name, snapshot):
+        yield Call("DELETE", index_path(name, "snapshots", quote(str(snapshot), safe="")),
+                   idempotent=False)
+
     # -- the public API (returns awaitables on AsyncClient) --------------------------------
     def create_index(self, name: str, bits: int, mode: str = "auto",
                      substrings: int | None = None):
@@ -717,9 +735,29 @@ class _Base:
         return self._run(self._g_backup(name, dest))
 
     def restore(self, name: str, src) -> dict:
-        """Create index ``name`` from a backup (a path or a binary file object); the server
-        verifies it first (409 if the name exists). Returns the new index's info."""
+        """Create index ``name`` from a backup file or a snapshot tar (a path or a binary file
+        object); the server verifies it first (409 if the name exists). Returns the new
+        index's info."""
         return self._run(self._g_restore(name, src))
+
+    def snapshot(self, name: str) -> dict:
+        """Make a snapshot of the index on the server (a tar with checksums, kept there until
+        deleted); returns its listing entry: ``snapshot`` (its name), ``bytes``, ``sha256``,
+        ``items``, ... (``POST /v1/indexes/{name}/snapshots``)."""
+        return self._run(self._g_snapshot(name))
+
+    def snapshots(self, name: str) -> list[dict]:
+        """The index's snapshots on the server, oldest first."""
+        return self._run(self._g_snapshots(name))
+
+    def download_snapshot(self, name: str, snapshot: str, dest) -> int:
+        """Write snapshot ``snapshot`` (a tar) to ``dest`` (a path, written atomically, or a
+        binary file object); returns its size in bytes. ``restore`` reads it back."""
+        return self._run(self._g_download_snapshot(name, snapshot, dest))
+
+    def delete_snapshot(self, name: str, snapshot: str) -> None:
+        """Remove a snapshot from the server."""
+        return self._run(self._g_delete_snapshot(name, snapshot))
 
 
 def _decoded(resp: httpx.Response):

@@ -271,6 +271,25 @@ def test_backup_and_restore(client, tmp_path):
     assert err.value.status == 400 and err.value.detail
     with pytest.raises(NotFound):
         client.index(f"{name}_c")  # nothing left behind
+    # a snapshot kept on the server: made, listed, downloaded, restored, deleted
+    snap = client.snapshot(name)
+    assert snap["items"] == 300 and snap["index"] == name
+    assert [s["snapshot"] for s in client.snapshots(name)] == [snap["snapshot"]]
+    tar = tmp_path / "ix.tar"
+    assert client.download_snapshot(name, snap["snapshot"], tar) == snap["bytes"]
+    import hashlib
+    assert hashlib.sha256(tar.read_bytes()).hexdigest() == snap["sha256"]
+    target = f"{name}_t"
+    try:
+        client.delete_index(target)
+    except NotFound:
+        pass
+    assert client.restore(target, tar)["size"] == 300
+    assert np.array_equal(client.get(target, np.arange(300) * 7, format="words"), words)
+    client.delete_snapshot(name, snap["snapshot"])
+    assert client.snapshots(name) == []
+    with pytest.raises(NotFound, match="no snapshot"):
+        client.download_snapshot(name, snap["snapshot"], io.BytesIO())
 
 
 def test_error_classes_from_a_real_server(server):
