@@ -1,75 +1,187 @@
-"""The blocking Client's connections: HTTP/1.1 keep-alive over the standard ``http.client``.
+"""The blocking Client's connections: HTTP/1.1 keep-alive on plain sockets.
 
-On the 2-core development VM httpx spends about 1 ms of CPU on a request (``httpx.Client``
-0.23 ms, httpcore and h11 most of the rest), ``http.client`` 0.25 ms: on a batch of 1,000
-radius-2 queries that was the gap between the Client and a bare request (bench/RESULTS.md,
-issue 13). Answers come back as ``httpx.Response`` and failures as ``httpx.TransportError``
-subclasses, so the Client's retry rules and error mapping do not depend on the transport.
+On the 2-core development VM a request of the Client cost about 1 ms of CPU through httpx
+(``httpx.Client`` 0.23 ms, httpcore and h11 most of the rest), 0.5 ms through ``http.client``
+(its file objects and the ``email`` header parser) and 0.14 ms written out on the socket as
+here (bench/RESULTS.md section 13, issue 13). Answers come back as ``httpx.Response`` and
+failures as ``httpx.TransportError`` subclasses, so the Client's retry rules and error mapping
+do not depend on the transport.
 
-A request goes out in one ``send`` (head and body joined, :class:`_OneSend`), on a socket
-with ``TCP_NODELAY``. An idle connection is reused only if its socket is not readable
-(a readable idle socket is one the server has closed, e.g. after its keep-alive timeout), as
-httpcore does, so a write is not sent into a connection that is already gone.
+What is spoken: one request at a time per connection; the request's head and body in one
+``send`` (bodies over ``MAX_JOINED`` bytes follow in a second, uncopied); ``TCP_NODELAY``; an
+answer framed by ``Content-Length``, ``Transfer-Encoding: chunked`` or the end of the
+connection; 1xx interim answers skipped; ``Connection: close`` (or HTTP/1.0 without
+keep-alive) closes the connection after the answer. An idle connection is reused only if its
+socket has nothing to read (a readable idle socket is one the server has closed, e.g. after its
+keep-alive timeout), as httpcore does, so a write is not sent into a connection already gone.
 """
 from __future__ import annotations
 
-import http.client
 import select
 import socket
+import ssl
 import threading
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
-
-class _OneSend:
-    """A request's writes held and sent together: ``http.client`` sends the head and the body
-    apart, two segments and two wake-ups of the server's event loop (about 0.1 ms a request
-    on a loaded 2-core machine). Up to ``MAX_HELD`` bytes are joined; a larger body goes as
-    it comes (no copy of a big upload)."""
-
-    MAX_HELD = 64 << 10
-
-    def hold(self) -> None:
-        self._held, self._held_size = [], 0
-
-    def send(self, data) -> None:
-        held = getattr(self, "_held", None)
-        if held is not None and self._held_size + len(data) <= self.MAX_HELD:
-            held.append(bytes(data))
-            self._held_size += len(data)
-            return
-        self.flush()
-        super().send(data)
-
-    def flush(self) -> None:
-        held, self._held = getattr(self, "_held", None), None
-        if held:
-            super().send(held[0] if len(held) == 1 else b"".join(held))
+MAX_JOINED = 64 << 10     # head and body joined into one send up to this size
+MAX_HEAD = 64 << 10       # an answer's status line and headers
+READ_SIZE = 256 << 10
+_BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
-class _HTTP(_OneSend, http.client.HTTPConnection):
-    pass
+class _Closed(Exception):
+    """The server closed the connection (``partial``: after part of an answer)."""
+
+    def __init__(self, partial: bool):
+        super().__init__("the server closed the connection " +
+                         ("in the middle of an answer" if partial else "without an answer"))
+        self.partial = partial
 
 
-class _HTTPS(_OneSend, http.client.HTTPSConnection):
-    pass
+class _Connection:
+    """One keep-alive connection: :meth:`exchange` sends a request and reads its answer."""
+
+    def __init__(self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None):
+        sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = tls.wrap_socket(sock, server_hostname=host) if tls else sock
+        except BaseException:
+            sock.close()
+            raise
+        self.buf = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def alive(self) -> bool:
+        """Usable while idle: nothing to read (no EOF, no stray bytes) and nothing buffered."""
+        if self.buf:
+            return False
+        try:
+            if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+                return False
+            return not select.select([self.sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    def exchange(self, method: str, head: bytes, body: bytes | None):
+        """``(status, headers, content, keep_alive)`` of the answer to ``head`` + ``body``."""
+        if body and len(head) + len(body) <= MAX_JOINED:
+            self.sock.sendall(head + body)
+        else:
+            self.sock.sendall(head)
+            if body:
+                self.sock.sendall(body)
+        while True:
+            version, status, headers = self._read_head()
+            if not 100 <= status < 200:
+                break
+        fields = {}
+        for name, value in headers:
+            fields[name.lower()] = value
+        keep = "close" not in fields.get("connection", "").lower() and (
+            version != "HTTP/1.0" or "keep-alive" in fields.get("connection", "").lower())
+        if method == "HEAD" or status in (204, 304):
+            content = b""
+        elif "chunked" in fields.get("transfer-encoding", "").lower():
+            content = self._read_chunked()
+        elif "content-length" in fields:
+            try:
+                size = int(fields["content-length"])
+            except ValueError:
+                raise httpx.RemoteProtocolError(
+                    f"bad Content-Length {fields['content-length']!r}") from None
+            if size < 0:
+                raise httpx.RemoteProtocolError(f"bad Content-Length {size}")
+            content = self._read_exactly(size)
+        else:  # the body ends with the connection
+            while self._fill(partial=True, eof_ok=True):
+                pass
+            content, keep = bytes(self.buf), False
+            self.buf.clear()
+        return status, headers, content, keep
+
+    def _fill(self, partial: bool, eof_ok: bool = False) -> bool:
+        data = self.sock.recv(READ_SIZE)
+        if not data:
+            if eof_ok:
+                return False
+            raise _Closed(partial)
+        self.buf += data
+        return True
+
+    def _read_line(self, limit: int = MAX_HEAD) -> bytes:
+        while (end := self.buf.find(b"\r\n")) < 0:
+            if len(self.buf) > limit:
+                raise httpx.RemoteProtocolError("a line of the answer is too long")
+            self._fill(partial=True)
+        line = bytes(self.buf[:end])
+        del self.buf[:end + 2]
+        return line
+
+    def _read_head(self):
+        while (end := self.buf.find(b"\r\n\r\n")) < 0:
+            if len(self.buf) > MAX_HEAD:
+                raise httpx.RemoteProtocolError(f"the answer's head is over {MAX_HEAD} bytes")
+            self._fill(partial=bool(self.buf))
+        lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+        del self.buf[:end + 4]
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+            raise httpx.RemoteProtocolError(f"not an HTTP status line: {lines[0][:100]!r}")
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise httpx.RemoteProtocolError(f"not a header line: {line[:100]!r}")
+            headers.append((name.strip(), value.strip()))
+        return parts[0], int(parts[1]), headers
+
+    def _read_exactly(self, size: int) -> bytes:
+        while len(self.buf) < size:
+            self._fill(partial=True)
+        data = bytes(self.buf[:size])
+        del self.buf[:size]
+        return data
+
+    def _read_chunked(self) -> bytes:
+        out = []
+        while True:
+            line = self._read_line()
+            try:
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise httpx.RemoteProtocolError(f"bad chunk size line {line[:40]!r}") from None
+            if size == 0:
+                while self._read_line():  # trailer fields, up to the empty line
+                    pass
+                return b"".join(out)
+            out.append(self._read_exactly(size))
+            if self._read_exactly(2) != b"\r\n":
+                raise httpx.RemoteProtocolError("a chunk does not end with CRLF")
 
 
 class PooledHTTP:
     """Keep-alive connections to one server (``http`` or ``https`` ``url``), at most
-    ``max_idle`` kept between requests; ``timeout`` seconds for the connect and for each read;
-    ``headers`` sent with every request. Safe to share between threads."""
+    ``max_idle`` kept between requests; ``timeout`` seconds for the connect and for each
+    socket operation; ``headers`` sent with every request. Safe to share between threads."""
 
     def __init__(self, url: str, headers: dict, timeout: float, max_idle: int = 10):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"url must be http://host[:port] or https://..., got {url!r}")
-        self._cls = _HTTPS if parts.scheme == "https" else _HTTP
-        self.host, self.port = parts.hostname, parts.port
+        self.host = parts.hostname
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
         self.prefix = parts.path.rstrip("/")
-        self.headers, self.timeout, self.max_idle = dict(headers), timeout, max_idle
-        self._idle: list[http.client.HTTPConnection] = []
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if parts.port is None else f"{host}:{self.port}"
+        self.headers = _checked_headers(headers)
+        self.timeout, self.max_idle = timeout, max_idle
+        self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
     def request(self, method: str, path: str, params: dict | None = None,
@@ -78,24 +190,31 @@ class PooledHTTP:
         made (nothing was sent), ``httpx.ReadTimeout``/``ReadError``/``RemoteProtocolError``
         when it failed after that (the request may have arrived)."""
         target = self.prefix + path + ("?" + urlencode(params) if params else "")
+        fields = {**self.headers, **_checked_headers(headers or {})}
+        fields.pop("content-length", None)  # set here, from the body
+        lines = [f"{method} {target} HTTP/1.1", f"host: {fields.pop('host', self.host_header)}"]
+        lines += [f"{name}: {value}" for name, value in fields.items()]
+        if content is not None:
+            lines.append(f"content-length: {len(content)}")
+        elif method in _BODY_METHODS:
+            lines.append("content-length: 0")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
             conn = self._take()
         except OSError as exc:
             raise _error(exc, connecting=True) from exc
         try:
-            conn.hold()
-            conn.request(method, target, body=content, headers={**self.headers, **(headers or {})})
-            conn.flush()
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException) as exc:
+            status, answer, data, keep = conn.exchange(method, head, content)
+        except (OSError, _Closed, httpx.TransportError) as exc:
             conn.close()
+            if isinstance(exc, httpx.TransportError):
+                raise
             raise _error(exc, connecting=False) from exc
-        if resp.will_close:
-            conn.close()
-        else:
+        if keep:
             self._give(conn)
-        return httpx.Response(resp.status, headers=resp.getheaders(), content=data)
+        else:
+            conn.close()
+        return httpx.Response(status, headers=answer, content=data)
 
     def close(self) -> None:
         with self._lock:
@@ -103,19 +222,16 @@ class PooledHTTP:
         for conn in idle:
             conn.close()
 
-    def _take(self) -> http.client.HTTPConnection:
+    def _take(self) -> _Connection:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
-                if _alive(conn):
+                if conn.alive():
                     return conn
                 conn.close()
-        conn = self._cls(self.host, self.port, timeout=self.timeout)
-        conn.connect()
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn
+        return _Connection(self.host, self.port, self.timeout, self.tls)
 
-    def _give(self, conn: http.client.HTTPConnection) -> None:
+    def _give(self, conn: _Connection) -> None:
         with self._lock:
             if len(self._idle) < self.max_idle:
                 self._idle.append(conn)
@@ -123,25 +239,26 @@ class PooledHTTP:
         conn.close()
 
 
-def _alive(conn: http.client.HTTPConnection) -> bool:
-    """An idle connection is usable while its socket has nothing to read (no EOF, no stray
-    bytes)."""
-    sock = conn.sock
-    if sock is None:
-        return False
-    try:
-        return not select.select([sock], [], [], 0)[0]
-    except (OSError, ValueError):
-        return False
+def _checked_headers(headers: dict) -> dict:
+    """``headers`` with lower-case names (HTTP's names are case-blind: a later one replaces
+    an earlier); ValueError naming a name or value that would break the request's head (a
+    line break, or a colon or space in a name)."""
+    out = {}
+    for name, value in headers.items():
+        name, value = str(name), str(value)
+        if not name or any(c in name for c in ":\r\n \t") or any(c in value for c in "\r\n"):
+            raise ValueError(f"headers: {name!r}: {value!r} is not a valid header")
+        out[name.lower()] = value
+    return out
 
 
 def _error(exc: BaseException, connecting: bool) -> httpx.TransportError:
-    """The httpx exception class for a failure of ``http.client`` or the socket."""
+    """The httpx exception class for a failure of the socket."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, (TimeoutError, socket.timeout)):
         return (httpx.ConnectTimeout if connecting else httpx.ReadTimeout)(text)
     if connecting:
         return httpx.ConnectError(text)
-    if isinstance(exc, http.client.HTTPException):  # e.g. closed without an answer
-        return httpx.RemoteProtocolError(text)
+    if isinstance(exc, _Closed):
+        return httpx.RemoteProtocolError(str(exc))
     return httpx.ReadError(text)

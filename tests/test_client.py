@@ -668,23 +668,95 @@ def test_pooled_connections_are_kept_alive_and_a_closed_idle_one_is_replaced():
         httpd.shutdown()
 
 
-def test_a_request_leaves_in_one_send():
-    """The head and a small body go out in one send (http.client sends them apart); a body
-    over MAX_HELD is not copied into one."""
+class _ScriptedSocket:
+    """Beneath a real :class:`loadtest.transport._Connection`: records what is sent and
+    answers ``recv`` from ``chunks`` in turn (then EOF)."""
+
+    def __init__(self, chunks):
+        self.chunks, self.sent = list(chunks), []
+
+    def sendall(self, data):
+        self.sent.append(bytes(data))
+
+    def recv(self, size):
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def close(self):
+        pass
+
+
+def _connection(chunks):
+    from bucketsearch.loadtest import transport
+    conn = transport._Connection.__new__(transport._Connection)
+    conn.sock, conn.buf = _ScriptedSocket(chunks), bytearray()
+    return conn
+
+
+def test_the_connection_speaks_http_1_1():
+    """One send for a head and a small body, two (no copy) past MAX_JOINED; answers framed by
+    Content-Length (split anywhere), chunked (with extensions and trailers), or the end of the
+    connection; 1xx skipped; keep-alive and close; malformed answers are protocol errors."""
     from bucketsearch.loadtest import transport
 
-    class Socket:
-        def __init__(self):
-            self.sent = []
+    ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n{\"a\":1}"
+    for split in range(1, len(ok)):
+        conn = _connection([ok[:split], ok[split:]])
+        assert conn.exchange("POST", b"HEAD\r\n\r\n", b"body") == \
+            (200, [("content-type", "application/json"), ("content-length", "7")], b'{"a":1}', True)
+        assert conn.sock.sent == [b"HEAD\r\n\r\nbody"]
+    big = b"x" * (transport.MAX_JOINED + 1)
+    conn = _connection([ok])
+    conn.exchange("POST", b"HEAD\r\n\r\n", big)
+    assert [len(x) for x in conn.sock.sent] == [8, len(big)]
 
-        def sendall(self, data):
-            self.sent.append(bytes(data))
+    chunked = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"3;ext=1\r\nabc\r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n")
+    status, _, body, keep = _connection([chunked[i:i + 5] for i in range(0, len(chunked), 5)]) \
+        .exchange("GET", b"H\r\n\r\n", None)
+    assert (status, body, keep) == (200, b"abc0123456789", True)
+    eof = b"HTTP/1.0 200 OK\r\nx: y\r\n\r\nall of it"
+    assert _connection([eof]).exchange("GET", b"H", None)[2:] == (b"all of it", False)
+    close = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
+    assert _connection([close]).exchange("DELETE", b"H", None)[2:] == (b"", False)
 
-    for size, sends in ((100, 1), (transport._OneSend.MAX_HELD + 1, 2)):
-        conn = transport._HTTP("127.0.0.1", 1)
-        conn.sock = Socket()
-        conn.hold()
-        conn.request("POST", "/v1/x", body=b"b" * size, headers={"content-type": "application/octet-stream"})
-        conn.flush()
-        assert len(conn.sock.sent) == sends, (size, [len(s) for s in conn.sock.sent])
-        assert b"".join(conn.sock.sent).endswith(b"b" * size)
+    for broken, message in ((b"", "without an answer"), (ok[:30], "in the middle"),
+                            (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP status line"),
+                            (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "not a header line"),
+                            (b"HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n", "Content-Length"),
+                            (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+                             "chunk size")):
+        with pytest.raises((transport._Closed, httpx.RemoteProtocolError), match=message):
+            _connection([broken]).exchange("GET", b"H", None)
+
+
+def test_request_heads_and_bad_headers():
+    """The head PooledHTTP writes (host, one content-length from the body, header names
+    case-blind, the caller's over the defaults), and headers that would break it refused
+    naming them."""
+    from bucketsearch.loadtest.transport import PooledHTTP
+
+    pool = PooledHTTP("http://example.invalid:8123/base/", {"User-Agent": "a", "x-k": "1"}, 1.0)
+    sent = []
+
+    class Conn:
+        def exchange(self, method, head, body):
+            sent.append(head + (body or b""))
+            return 200, [], b"{}", True
+
+        def alive(self):
+            return True
+
+    pool._idle = [Conn()]
+    pool.request("POST", "/v1/x", {"a": 1, "b": "c d"}, b"12345",
+                 {"Content-Type": "t", "X-K": "2", "content-length": "99"})
+    head = sent[0].decode()
+    assert head.startswith("POST /base/v1/x?a=1&b=c+d HTTP/1.1\r\nhost: example.invalid:8123\r\n")
+    assert "user-agent: a\r\n" in head and "x-k: 2\r\n" in head and "x-k: 1" not in head
+    assert head.count("content-length") == 1 and head.endswith("content-length: 5\r\n\r\n12345")
+    pool.request("POST", "/m")
+    assert sent[1].endswith(b"content-length: 0\r\n\r\n")
+    for bad in ({"x": "a\r\nevil: 1"}, {"a b": "1"}, {"": "1"}):
+        with pytest.raises(ValueError, match="not a valid header"):
+            pool.request("GET", "/", headers=bad)
+    with pytest.raises(ValueError, match="url must be"):
+        PooledHTTP("ftp://x", {}, 1.0)
