@@ -1,5 +1,5 @@
 """HTTP client of a bucketsearch server: :class:`Client` (blocking) and :class:`AsyncClient`
-(asyncio): the blocking one on keep-alive http.client connections (:mod:`loadtest.transport`),
+(asyncio): the blocking one on keep-alive sockets of its own (:mod:`loadtest.transport`),
 the asyncio one on httpx; both import nothing from the server package.
 
 They mirror the engine (``bucketsearch.index``): ``range_search(name, queries, r)`` returns
@@ -797,8 +797,8 @@ class Client(_Base):
     ``url``; ``api_key`` (sent as ``Authorization: Bearer``); ``timeout`` seconds per request;
     ``wire`` "binary" or "json"; ``retry`` (:class:`Retry`); ``limits`` (:class:`Limits`);
     extra ``headers``; ``max_connections`` kept alive; ``transport``: an httpx transport, sent
-    through ``httpx.Client`` (default: keep-alive ``http.client`` connections,
-    :class:`~loadtest.transport.PooledHTTP`, a quarter of httpx's CPU per request)."""
+    through ``httpx.Client`` (default: keep-alive HTTP/1.1 sockets,
+    :class:`~loadtest.transport.PooledHTTP`, about a third of httpx's CPU per request)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, max_connections: int = 10,
                  transport: httpx.BaseTransport | None = None, **kw):
