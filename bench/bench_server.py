@@ -10,8 +10,9 @@ Servers, each a real uvicorn subprocess with the same settings (``--host 127.0.0
 * ``--compare NAME=TREE`` (repeatable): the server of another checkout, e.g. the tree before a
   change (``git worktree add /tmp/base HEAD``), loaded with the same index.
 
-Measured, every side interleaved with the others request by request (so that the load of other
-processes hits all alike):
+Measured, every side interleaved with the others request by request, in a seeded random order
+per round (so that the load of other processes hits all alike, and no side always follows the
+in-process search, which leaves the server's caches cold):
 
 1. **Single radius-1 query** per request, keep-alive ``http.client`` with TCP_NODELAY: p50 and
    p99 for each floor (the JSON body of a one-code search), each server with a JSON body
@@ -42,6 +43,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -179,6 +181,13 @@ def json_body(hexes: list[str], radius: int, stats: bool = False) -> bytes:
                                                                     else {})})
 
 
+def shuffled(items: list, round_: int) -> list:
+    """``items`` in the seeded random order of one round: no path always runs right after
+    another (an in-process batch search leaves the server's caches cold for the next request;
+    a rotation keeps that neighbour)."""
+    return random.Random(round_).sample(items, len(items))
+
+
 def pct(values, q) -> float:
     return float(np.percentile(values, q))
 
@@ -271,7 +280,7 @@ def main() -> int:
         single_times = {name: [] for name in single}
         order = list(single)
         for i in range(args.single_requests):
-            for name in order[i % len(order):] + order[:i % len(order)]:  # rotated
+            for name in shuffled(order, i):
                 t = time.perf_counter()
                 single[name](i)
                 single_times[name].append(time.perf_counter() - t)
@@ -301,8 +310,8 @@ def main() -> int:
         batch_times = {"in_process": [], **{name: [] for name in batch}}
         batch_search = {name: [] for name in batch if name.endswith("_lean")}
         sends = [("in_process", lambda: (idx.range_search(batch_q, 2), None)), *batch.items()]
-        for i in range(args.batch_repeats):  # rotated: no path always runs after another
-            for name, send in sends[i % len(sends):] + sends[:i % len(sends)]:
+        for i in range(args.batch_repeats):
+            for name, send in shuffled(sends, i):
                 t = time.perf_counter()
                 _, timing = send()
                 batch_times[name].append(time.perf_counter() - t)
