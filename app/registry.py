@@ -22,7 +22,7 @@ from bucketsearch import __version__
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import backup, catalog, exports
+from bucketsearch.index.storage import backup, catalog, exports, fsio
 from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
@@ -312,8 +312,20 @@ class Registry:
         try:
             return exports.path_of(entry.folder, snapshot)
         except FileNotFoundError:
-            raise SnapshotNotFound(f"index {entry.name!r} has no snapshot {snapshot!r} (GET "
-                                   f"/v1/indexes/{entry.name}/snapshots lists them)") from None
+            raise self._no_snapshot(entry, snapshot) from None
+
+    def open_snapshot(self, entry: Entry, snapshot: str):
+        """One of ``entry``'s snapshots opened for reading (a delete after this does not cut
+        the stream short); :class:`SnapshotNotFound` if none."""
+        try:
+            return fsio.open_read(self.snapshot_path(entry, snapshot))
+        except FileNotFoundError:  # deleted since the check
+            raise self._no_snapshot(entry, snapshot) from None
+
+    @staticmethod
+    def _no_snapshot(entry: Entry, snapshot: str) -> SnapshotNotFound:
+        return SnapshotNotFound(f"index {entry.name!r} has no snapshot {snapshot!r} (GET "
+                                f"/v1/indexes/{entry.name}/snapshots lists them)")
 
     def delete_snapshot(self, entry: Entry, snapshot: str) -> None:
         if self.settings.read_only:

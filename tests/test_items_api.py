@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from storage_model import Model, assert_matches, clustered_pool
 
 from bucketsearch.index.codes import to_hex
-from bucketsearch.index.storage import backup, fsio
+from bucketsearch.index.storage import backup, exports, fsio
 from bucketsearch.index.storage.fsio import FaultPlan
 from bucketsearch.index.storage.live import LiveIndex
 
@@ -359,6 +359,11 @@ def test_http_snapshots_create_list_download_restore_delete(client, tmp_path):
     assert res.status_code == 404 and "a-none.tar" in res.json()["detail"]
     assert c.get("/v1/indexes/nope/snapshots").status_code == 404
 
+    registry = c.app.state.registry
+    with registry.open_snapshot(registry.get("a"), info["snapshot"]) as opened:
+        exports.delete(registry.get("a").folder, info["snapshot"])  # deleted mid-download
+        assert opened.read() == data
+    info = c.post("/v1/indexes/a/snapshots").json()
     assert c.delete(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 204
     assert c.get(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 404
     assert c.delete(f"/v1/indexes/a/snapshots/{info['snapshot']}").status_code == 404

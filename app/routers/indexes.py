@@ -2,11 +2,12 @@
 read and delete items, merge, backup (a file, or snapshots kept on the server) and restore."""
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import FileResponse
+from fastapi.responses import StreamingResponse
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
                                    SettingsDep, WriteAuth)
@@ -169,14 +170,23 @@ def list_snapshots(entry: EntryDep) -> list[dict]:
     return exports.listing(entry.folder)
 
 
-@router.get("/{name}/snapshots/{snapshot}", dependencies=[ReadAuth], response_class=FileResponse,
-            responses={200: {"content": {"application/x-tar": {
+@router.get("/{name}/snapshots/{snapshot}", dependencies=[ReadAuth],
+            response_class=StreamingResponse, responses={200: {"content": {"application/x-tar": {
                 "schema": {"type": "string", "format": "binary"}}}}})
-def download_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> FileResponse:
+def download_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> Response:
     """One snapshot as a tar stream (``Content-Length``; the SHA-256 of the tar is in the
-    listing of its creation, the payload's inside the tar)."""
-    path = registry.snapshot_path(entry, snapshot)
-    return FileResponse(path, media_type="application/x-tar", filename=snapshot)
+    listing of its creation, the payload's inside the tar). The file is opened first, so a
+    snapshot deleted meanwhile still streams whole."""
+    file = registry.open_snapshot(entry, snapshot)
+    size = os.fstat(file.fileno()).st_size
+
+    def chunks():
+        with file:
+            while data := file.read(1 << 20):
+                yield data
+    return StreamingResponse(chunks(), media_type="application/x-tar", headers={
+        "content-length": str(size),
+        "content-disposition": f'attachment; filename="{snapshot}"'})
 
 
 @router.delete("/{name}/snapshots/{snapshot}", status_code=204, dependencies=[WriteAuth])
