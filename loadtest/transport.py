@@ -68,17 +68,29 @@ class _Connection:
             return False
 
     def exchange(self, method: str, head: bytes, body: bytes | None):
-        """``(status, headers, content, keep_alive)`` of the answer to ``head`` + ``body``."""
-        if body and len(head) + len(body) <= MAX_JOINED:
-            self.sock.sendall(head + body)
-        else:
-            self.sock.sendall(head)
-            if body:
-                self.sock.sendall(body)
-        while True:
-            version, status, headers = self._read_head()
-            if not 100 <= status < 200:
-                break
+        """``(status, headers, content, keep_alive)`` of the answer to ``head`` + ``body``.
+        A server may answer before it has read the body (413 from the request's head) and
+        close: when sending fails, the answer is still read if there is one (as httpcore
+        does), else the send's error is raised."""
+        try:
+            if body and len(head) + len(body) <= MAX_JOINED:
+                self.sock.sendall(head + body)
+            else:
+                self.sock.sendall(head)
+                if body:
+                    self.sock.sendall(body)
+            send_error = None
+        except OSError as exc:
+            send_error = exc
+        try:
+            while True:
+                version, status, headers = self._read_head()
+                if not 100 <= status < 200:
+                    break
+        except (OSError, _Closed):
+            if send_error is not None:
+                raise send_error from None
+            raise
         fields = {}
         for name, value in headers:
             fields[name.lower()] = value
@@ -102,7 +114,7 @@ class _Connection:
                 pass
             content, keep = bytes(self.buf), False
             self.buf.clear()
-        return status, headers, content, keep
+        return status, headers, content, keep and send_error is None
 
     def _fill(self, partial: bool, eof_ok: bool = False) -> bool:
         data = self.sock.recv(READ_SIZE)

@@ -719,6 +719,18 @@ def test_the_connection_speaks_http_1_1():
     close = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
     assert _connection([close]).exchange("DELETE", b"H", None)[2:] == (b"", False)
 
+    class Refusing(_ScriptedSocket):  # answers 413 from the head, then stops reading
+        def sendall(self, data):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    early = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 2\r\n\r\n{}"
+    conn = _connection([])
+    conn.sock = Refusing([early])
+    assert conn.exchange("POST", b"H", b"x" * 10)[0::2] == (413, b"{}")
+    conn.sock = Refusing([])
+    with pytest.raises(BrokenPipeError):  # no answer: the send's own error
+        conn.exchange("POST", b"H", b"x")
+
     for broken, message in ((b"", "without an answer"), (ok[:30], "in the middle"),
                             (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP status line"),
                             (b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", "not a header line"),
@@ -760,3 +772,19 @@ def test_request_heads_and_bad_headers():
             pool.request("GET", "/", headers=bad)
     with pytest.raises(ValueError, match="url must be"):
         PooledHTTP("ftp://x", {}, 1.0)
+
+
+def test_an_early_413_is_read_though_the_body_was_not(server):
+    """A body far over the server's max_body_bytes: the server answers 413 from the head and
+    closes without reading the body; the transport reads that answer instead of raising the
+    failed send, and the next request opens a new connection."""
+    from bucketsearch.loadtest.transport import PooledHTTP
+
+    pool = PooledHTTP(server.url, {"authorization": f"Bearer {WRITE_KEY}"}, 30.0)
+    try:
+        answer = pool.request("POST", "/v1/indexes/nope/items", content=b"\0" * (64 * MAX_BODY),
+                              headers={"content-type": "application/octet-stream"})
+        assert answer.status_code == 413, answer.text
+        assert pool.request("GET", "/v1/limits").json()["max_body_bytes"] == MAX_BODY
+    finally:
+        pool.close()
