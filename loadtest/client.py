@@ -56,7 +56,7 @@ import numpy as np
 import orjson
 
 from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_packed
-from bucketsearch.loadtest.transport import PooledHTTP
+from bucketsearch.loadtest.transport import PooledHTTP, tls_context
 from bucketsearch.loadtest.wire import (CODE_FORMATS, JSON, OCTET, RemoteSearchStats, check_wire,
                                         concat_csr, convert_words, decode_search, encode_search,
                                         knn_rows)
@@ -335,8 +335,12 @@ class _Base:
 
     def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None,
                  timeout: float = 30.0, wire: str = "binary", retry: Retry | None = None,
-                 limits: Limits | None = None, headers: dict | None = None):
+                 limits: Limits | None = None, headers: dict | None = None, verify=True):
         self.url = str(url).rstrip("/")
+        # https: the server's certificate is checked as ``verify`` says (transport.tls_context)
+        self.tls = tls_context(verify) if self.url.lower().startswith("https:") else None
+        if self.tls is None and not isinstance(verify, bool):
+            tls_context(verify)  # a wrong value is an error whatever the scheme
         self.wire = check_wire(wire)
         self.retry = retry or Retry()
         self.limits = limits or Limits()
@@ -796,8 +800,9 @@ class Client(_Base):
     """Blocking client (``with Client(url) as c: ...``); see the module docstring. Parameters:
     ``url``; ``api_key`` (sent as ``Authorization: Bearer``); ``timeout`` seconds per request;
     ``wire`` "binary" or "json"; ``retry`` (:class:`Retry`); ``limits`` (:class:`Limits`);
-    extra ``headers``; ``max_connections`` kept alive; ``transport``: an httpx transport, sent
-    through ``httpx.Client`` (default: keep-alive HTTP/1.1 sockets,
+    extra ``headers``; ``verify`` for https (True: the system's CAs; a CA file path; an
+    ``ssl.SSLContext``; False: none); ``max_connections`` kept alive; ``transport``: an httpx
+    transport, sent through ``httpx.Client`` (default: keep-alive HTTP/1.1 sockets,
     :class:`~loadtest.transport.PooledHTTP`, about a third of httpx's CPU per request)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, max_connections: int = 10,
@@ -805,9 +810,10 @@ class Client(_Base):
         super().__init__(url, **kw)
         self._http = None if transport is None else httpx.Client(
             base_url=self.url, headers=self.headers, timeout=httpx.Timeout(self.timeout),
+            verify=self.tls or True,
             limits=_limits(max_connections), transport=transport)
-        self._pool = PooledHTTP(self.url, self.headers, self.timeout, max_connections) \
-            if transport is None else None
+        self._pool = PooledHTTP(self.url, self.headers, self.timeout, max_connections,
+                                self.tls) if transport is None else None
 
     def _transmit(self, call: Call):
         try:
@@ -856,7 +862,7 @@ class AsyncClient(_Base):
                  transport: httpx.AsyncBaseTransport | None = None, **kw):
         super().__init__(url, **kw)
         self._http = httpx.AsyncClient(base_url=self.url, headers=self.headers,
-                                       timeout=httpx.Timeout(self.timeout),
+                                       timeout=httpx.Timeout(self.timeout), verify=self.tls or True,
                                        limits=_limits(max_connections), transport=transport)
 
     async def _transmit(self, call: Call):

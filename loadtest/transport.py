@@ -179,15 +179,17 @@ class _Connection:
 class PooledHTTP:
     """Keep-alive connections to one server (``http`` or ``https`` ``url``), at most
     ``max_idle`` kept between requests; ``timeout`` seconds for the connect and for each
-    socket operation; ``headers`` sent with every request. Safe to share between threads."""
+    socket operation; ``headers`` sent with every request; ``verify`` for https
+    (:func:`tls_context`). Safe to share between threads."""
 
-    def __init__(self, url: str, headers: dict, timeout: float, max_idle: int = 10):
+    def __init__(self, url: str, headers: dict, timeout: float, max_idle: int = 10,
+                 verify=True):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"url must be http://host[:port] or https://..., got {url!r}")
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
+        self.tls = tls_context(verify) if parts.scheme == "https" else None
         self.prefix = parts.path.rstrip("/")
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if parts.port is None else f"{host}:{self.port}"
@@ -249,6 +251,24 @@ class PooledHTTP:
                 self._idle.append(conn)
                 return
         conn.close()
+
+
+def tls_context(verify=True) -> ssl.SSLContext:
+    """The TLS context of ``verify``: True checks the server's certificate against the system's
+    CAs, a path against the CA file (PEM) there, an ``ssl.SSLContext`` is used as it is, False
+    checks nothing (a test server with a self-made certificate)."""
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    if verify is True:
+        return ssl.create_default_context()
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        return context
+    if isinstance(verify, (str, bytes)) or hasattr(verify, "__fspath__"):
+        return ssl.create_default_context(cafile=verify)
+    raise ValueError(f"verify must be True, False, a CA file path or an ssl.SSLContext, got "
+                     f"{verify!r}")
 
 
 def _checked_headers(headers: dict) -> dict:

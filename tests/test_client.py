@@ -788,3 +788,59 @@ def test_an_early_413_is_read_though_the_body_was_not(server):
         assert pool.request("GET", "/v1/limits").json()["max_body_bytes"] == MAX_BODY
     finally:
         pool.close()
+
+
+def test_https_with_a_ca_file_and_without(tmp_path):
+    """The Client over TLS: a server with a self-made certificate (openssl) is reached with
+    ``verify=<its certificate>`` (sync and async), refused with the default (system CAs: a
+    ConnectError naming the verification), reached with ``verify=False``."""
+    import json
+    import shutil
+    import ssl
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            body = json.dumps({"ready": True, "path": self.path}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    httpd.socket = server_tls.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        with Client(url, verify=str(cert)) as c:
+            assert c.ready() == {"ready": True, "path": "/readyz"}
+            assert c.ready()["ready"]  # the same connection, kept alive
+        with Client(url, verify=False) as c:
+            assert c.ready()["ready"]
+        with Client(url, retry=Retry(attempts=0)) as c:
+            with pytest.raises(TransportError, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+                c.ready()
+
+        async def main():
+            async with AsyncClient(url, verify=str(cert)) as ac:
+                return await ac.ready()
+        assert asyncio.run(main())["ready"]
+        with pytest.raises(ValueError, match="verify must be"):
+            Client(url, verify=3)
+    finally:
+        httpd.shutdown()
