@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # them (a compiled body is invisible to it), with fewer hypothesis examples (pure-Python kernels
 # are slow). Fails when the line and branch coverage of KERNEL_MODULES drops under
 # KERNEL_COVERAGE_MIN, a little under the figure measured (92.6-93.1%, README, Development).
-KERNEL_TESTS := tests/test_kernels.py tests/test_engine.py tests/test_mih.py \
+KERNEL_TESTS := tests/test_kernels.py tests/test_engine.py tests/test_mih.py tests/test_mih_small.py \
 	tests/test_planner.py tests/test_codes.py tests/test_metrics_properties.py tests/test_metrics.py
 # too slow as plain Python (balls of millions of masks, the planner's timed calibration, the
 # planner's hypothesis test that builds three engines per example); `make test`'s compiled run

@@ -36,7 +36,12 @@ Range search of one-word codes (Q <= 64) with ``R < m`` takes a shorter path,
 :func:`_mih_exact_kernel`: every substring probed is searched at radius 0, so the search is
 ``R + 1`` exact lookups, and a candidate already met is recognised by its XOR with the query
 (it is 0 on an earlier substring) instead of a visit stamp (issue 17; bench/RESULTS.md,
-small radii).
+small radii). It reads a layout derived from the tables at every build or load
+(:meth:`MultiIndex._exact_layout`, not stored in snapshots): each direct table's bucket starts
+by substring value (one load per lookup) and every item's code and id copied in each table's
+bucket order, ids ascending within a bucket (``16 * m`` bytes per item); with statistics it
+reads the clock once per :data:`CLOCK_GROUP` queries, so ``total_ns`` and ``lookup_ns`` are
+means over the group.
 
 k-NN grows the radius step by step. When the next step would push the query over ``max_probes``
 or would probe more substring buckets than there are items, it verifies every item not seen yet
@@ -56,9 +61,10 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, P
                                      check_max_results, raise_if_over, raise_if_reached,
                                      run_chunked, run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
-from bucketsearch.index.kernels import (CANDIDATES, ITEMS, LOOKUP_NS, UNIQUE_CANDIDATES,
-                                        chunk_outputs, chunk_result, counting_sort, grow, hamming,
-                                        record_radius)
+from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
+                                        UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
+                                        counting_sort, grow, hamming, record_radius,
+                                        sort_run)
 from bucketsearch.index.probe import _probe_radius_word
 from bucketsearch.index.table import HASH_MULTIPLIER, BucketTable, _sort_order, filter_word_mask
 
@@ -66,6 +72,14 @@ MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
 STAMP_LIMIT = 2**31 - 2
 TABLE_ARRAYS = ("codes", "offsets", "ids", "slots", "bitmap")
+#: Columns of the exact-substring kernel's per-table layout (:attr:`MultiIndex._exact_args`):
+#: direct-addressed or not, then the table's offsets into the flat arrays and its hash shifts.
+(T_DIRECT, T_STARTS, T_CODES, T_SLOTS, T_SLOT_MASK, T_BITMAP, T_TABLE_SHIFT, T_FILTER_SHIFT,
+ T_OFFSETS) = range(9)
+#: Queries per clock read of the exact-substring kernel with statistics (their mean time).
+CLOCK_GROUP = 32
+#: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
+SMALL_SORT = 32
 
 
 class MIHProbeLimitError(ProbeLimitError):
@@ -156,6 +170,33 @@ def _within(hist, cut):
     for d in range(cut + 1):
         within += hist[d]
     return within
+
+
+@njit
+def _table_items(offsets, positions, words, ids, out):
+    """``out[t] = (code, id)`` of the item at table position ``t``, the items of each bucket
+    ``offsets[b]:offsets[b + 1]`` ordered by id (insertion sort of a bucket's few entries,
+    ``np.argsort`` of a large one): the exact-substring kernel's candidates, in runs of
+    ascending ids."""
+    for b in range(len(offsets) - 1):
+        lo = offsets[b]
+        hi = offsets[b + 1]
+        if hi - lo > SMALL_SORT:
+            order = positions[lo:hi][np.argsort(ids[positions[lo:hi]], kind="mergesort")]
+            for t in range(lo, hi):
+                out[t, 0] = words[order[t - lo], 0]
+                out[t, 1] = np.uint64(ids[order[t - lo]])
+            continue
+        for t in range(lo, hi):
+            p = positions[t]
+            v = ids[p]
+            c = t - 1
+            while c >= lo and np.int64(out[c, 1]) > v:
+                out[c + 1, 0] = out[c, 0]
+                out[c + 1, 1] = out[c, 1]
+                c -= 1
+            out[c + 1, 0] = words[p, 0]
+            out[c + 1, 1] = np.uint64(v)
 
 
 @njit
@@ -311,33 +352,10 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
 
 
 @njit(inline="always")
-def _find_in_table(key, j, codes, code_base, slots, slot_base, bitmap, bitmap_base, table_shift,
-                   filter_shift, direct):
-    """Bucket of substring value ``key`` in table ``j`` of the flat (concatenated) arrays, or
-    -1: :func:`index.table.find_bucket_word` with the table's offsets instead of its views
-    (a view per lookup would be refcounted)."""
-    sb = slot_base[j]
-    if direct[j]:
-        return slots[sb + np.int64(key)]
-    h = key * HASH_MULTIPLIER
-    f, fbits = filter_word_mask(h, filter_shift[j])
-    if bitmap[bitmap_base[j] + np.int64(f)] & fbits != fbits:
-        return -1
-    mask = np.uint64(slot_base[j + 1] - sb - 1)
-    s = h >> table_shift[j]
-    cb = code_base[j]
-    while True:
-        b = slots[sb + np.int64(s)]
-        if b < 0 or codes[cb + b, 0] == key:
-            return b
-        s = (s + np.uint64(1)) & mask
-
-
-@njit(inline="always")
 def _sort_pairs(out_d, out_i, lo, hi):
     """Order ``out[lo:hi]`` by (distance, id): insertion sort for a few entries, else a stable
     sort by id followed by a stable sort by distance."""
-    if hi - lo <= 32:
+    if hi - lo <= SMALL_SORT:
         for a in range(lo + 1, hi):
             d = out_d[a]
             v = out_i[a]
@@ -357,78 +375,183 @@ def _sort_pairs(out_d, out_i, lo, hi):
     out_i[lo:hi] = i_sorted[order]
 
 
+@njit(inline="always")
+def _move(out_d, out_i, src, dst):
+    out_d[dst] = out_d[src]
+    out_i[dst] = out_i[src]
+
+
 @njit
-def _mih_exact_kernel(xq, R, sub_shift, sub_mask, with_stats, tick_ns, max_results, codes,
-                      code_base, slots, slot_base, bitmap, bitmap_base, table_shift,
-                      filter_shift, direct, offsets, offset_base, positions, words, ids,
-                      q_start, n_out, lims, out_d, out_i, hits, stats, total_ns):
+def _order_runs(out_d, out_i, lo, hi, runs, counts):
+    """Order ``out[lo:hi]`` by (distance, id) when it is made of runs of ascending ids
+    (``runs[j]:runs[j + 1]``, ``runs[0] = lo``, ``runs[-1] = hi``): the runs merged by id one
+    after the other, then a stable counting sort by distance (``counts``: one entry more than
+    the largest distance). ``out[hi:2 * hi - lo]`` is scratch. O(n x runs), no allocation.
+    Not inlined: called for the queries with many results only."""
+    n = hi - lo
+    for j in range(1, len(runs) - 1):
+        mid = runs[j]
+        end = runs[j + 1]
+        if mid == end or out_i[mid - 1] < out_i[mid]:
+            continue  # empty run, or already after the merged prefix
+        a = lo
+        b = mid
+        for c in range(hi, hi + end - lo):
+            if b >= end or (a < mid and out_i[a] < out_i[b]):
+                _move(out_d, out_i, a, c)
+                a += 1
+            else:
+                _move(out_d, out_i, b, c)
+                b += 1
+        for c in range(end - lo):
+            _move(out_d, out_i, hi + c, lo + c)
+    counts[:] = 0
+    for t in range(lo, hi):
+        counts[out_d[t] + 1] += 1
+    for d in range(1, len(counts)):
+        counts[d] += counts[d - 1]
+    for t in range(lo, hi):
+        d = out_d[t]
+        _move(out_d, out_i, t, hi + counts[d])
+        counts[d] += 1
+    for c in range(n):
+        _move(out_d, out_i, hi + c, lo + c)
+
+
+@njit(inline="always")
+def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
+    """The statistics of the queries ``g0:g1`` of one clock group that
+    :func:`_mih_exact_kernel` does not count in its loop, at the group's end: ``probes`` 1 per
+    step, ``nonempty`` when the step had candidates, ``empty`` the rest; the time since ``t0``
+    (ticks) split evenly over the queries (``total_ns``) and a query's share evenly over its
+    radius steps (``lookup_ns``, rounded down). Runs over queries and steps, flattened.
+    Returns the clock read."""
+    t1 = cycle_counter()
+    if g1 > g0:
+        width = stats.shape[2]
+        rows = stats.reshape(stats.shape[0], stats.shape[1] * width)
+        per_query = int((t1 - t0) * tick_ns / (g1 - g0))
+        per_step = per_query // width
+        for c in range(g0 * width, g1 * width):
+            nonempty = np.int64(rows[CANDIDATES, c] > 0)
+            rows[PROBES, c] = 1
+            rows[NONEMPTY, c] = nonempty
+            rows[EMPTY, c] = 1 - nonempty
+            rows[LOOKUP_NS, c] = per_step
+        total_ns[g0:g1] = per_query
+    return t1
+
+
+@njit
+def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, bitmap,
+                      offsets, table_items, max_results, tick_ns, q_start, n_out,
+                      lims, out_d, out_i, stats, total_ns):
     """Range search of one-word codes for ``R < m``: the pigeonhole rule with every substring
     searched at radius 0 (an item within ``R`` equals the query exactly on one of the
     substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups.
 
-    No visit stamps: a candidate of substring ``j`` was already met at an earlier step exactly
-    when it also equals the query on one of the substrings ``0..j-1`` (a mask test on the XOR
-    of the full codes, which verification computes anyway). Substring ``j`` of code ``v`` is
-    ``(v >> sub_shift[j]) & sub_mask[j]``. Output and resumption as
-    :func:`index.probe._range_word_kernel` (``(q_end, n_out, reached, need)``, ``hits``
-    unused); statistics per step
-    (``(7, nq, R + 1)`` with ``with_stats``) as :func:`_mih_kernel`'s.
+    Candidates are read in table order from ``table_items`` (``(m * n, 2)``: every item's
+    code and id, as uint64, in the order of each table's buckets, table ``j`` at ``j * n``,
+    ids ascending within a bucket), so a lookup is one load for the bucket and one for its
+    items, with no indirection through the shared arrays. No visit stamps: a candidate of
+    substring ``j`` was already met at an earlier step exactly when it also equals the query on
+    one of the substrings ``0..j-1`` (a mask test on the XOR of the full codes, which
+    verification computes anyway). Substring ``j`` of code ``v`` is
+    ``(v >> sub_shift[j]) & sub_mask[j]``.
+
+    A query's results come as one run of ascending ids per lookup, so at radius 0 they are
+    in order as found; otherwise :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them
+    and :func:`_order_runs` more (by merging the runs, in the output buffer's free room).
+
+    Nothing leaves the query loop but a full output buffer (with room for that scratch) or the
+    result cap, tested once per query: a result past the buffer is counted, not written (exits
+    at every result measured 13-18% slower at radius 0-1). Output and resumption as
+    :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``,
+    ``need`` always 0).
+
+    ``stats`` and ``total_ns`` are None without statistics (numba compiles that case without
+    any of their code). With them: ``candidates``, ``unique_candidates`` and ``items`` as
+    :func:`_mih_kernel`'s (``(7, nq, R + 1)``); the loop counts candidates, unique candidates
+    and items, and reads the clock (:func:`index._jit.cycle_counter`) once per
+    :data:`CLOCK_GROUP` queries, when :func:`_close_clock_group` derives the rest (a query's
+    ``total_ns`` is the mean over its group).
     """
     nq = xq.shape[0]
-    ntotal = len(ids)
+    n = len(table_items) // len(sub_mask)
     cap = len(out_i)
-    t_prev = cycle_counter() if with_stats else 0
+    width = R + 1
+    runs = np.zeros(width + 1, dtype=np.int64)
+    counts = np.zeros(width + 1, dtype=np.int64)
+    t_group = cycle_counter() if stats is not None else 0
+    g_start = q_start
     for qi in range(q_start, nq):
         q = xq[qi, 0]
         start = n_out
-        t_query = t_prev
-        for j in range(R + 1):
-            b = _find_in_table((q >> sub_shift[j]) & sub_mask[j], j, codes, code_base, slots,
-                               slot_base, bitmap, bitmap_base, table_shift, filter_shift, direct)
+        for j in range(width):
+            runs[j] = n_out
+            # table positions lo:hi of the items whose substring j equals the query's: one
+            # load of bucket starts in a direct table (BucketTable.bucket_starts); in a hashed
+            # one, find_bucket_word's lookup, then the bucket's offsets. Written out here: an
+            # inlined helper taking the arrays refcounts them at every call (NRT calls per
+            # lookup, 5x slower at radius 0-2)
+            key = (q >> sub_shift[j]) & sub_mask[j]
+            lo = 0
+            hi = 0
+            if tables[j, T_DIRECT]:
+                s = tables[j, T_STARTS] + np.int64(key)
+                lo = starts[s]
+                hi = starts[s + 1]
+            else:
+                h = key * HASH_MULTIPLIER
+                f, fbits = filter_word_mask(h, np.uint64(tables[j, T_FILTER_SHIFT]))
+                if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                    sb = tables[j, T_SLOTS]
+                    s = h >> np.uint64(tables[j, T_TABLE_SHIFT])
+                    b = slots[sb + np.int64(s)]
+                    while b >= 0 and codes[tables[j, T_CODES] + b, 0] != key:
+                        s = (s + np.uint64(1)) & np.uint64(tables[j, T_SLOT_MASK])
+                        b = slots[sb + np.int64(s)]
+                    if b >= 0:
+                        lo = offsets[tables[j, T_OFFSETS] + b]
+                        hi = offsets[tables[j, T_OFFSETS] + b + 1]
             unique = 0
-            cands = 0
-            if b >= 0:
-                ob = offset_base[j]
-                pb = j * ntotal
-                lo = pb + offsets[ob + b]
-                hi = pb + offsets[ob + b + 1]
-                cands = hi - lo
-                for t in range(lo, hi):
-                    p = positions[t]
-                    diff = q ^ words[p, 0]
-                    seen = False
-                    for jj in range(j):
-                        if (diff >> sub_shift[jj]) & sub_mask[jj] == 0:
-                            seen = True
-                            break
-                    if seen:
-                        continue
-                    unique += 1
-                    d = popcount64(diff)
-                    if d <= R:
-                        if n_out + 1 > max_results:
-                            return qi, start, n_out + 1, 0
-                        if n_out >= cap:
-                            return qi, start, -1, 0
+            for t in range(j * n + lo, j * n + hi):
+                diff = q ^ table_items[t, 0]
+                seen = False
+                for jj in range(j):
+                    if (diff >> sub_shift[jj]) & sub_mask[jj] == 0:
+                        seen = True
+                if seen:
+                    continue
+                unique += 1
+                d = popcount64(diff)
+                if d <= R:
+                    if n_out < cap:
                         out_d[n_out] = d
-                        out_i[n_out] = ids[p]
-                        n_out += 1
-            if with_stats:
-                record_radius(stats, qi, j, 1, 1 if b >= 0 else 0, 0)
-                stats[CANDIDATES, qi, j] = cands
+                        out_i[n_out] = np.int64(table_items[t, 1])
+                    n_out += 1
+                    if stats is not None:
+                        stats[ITEMS, qi, d] += 1
+            if stats is not None:
+                stats[CANDIDATES, qi, j] = hi - lo
                 stats[UNIQUE_CANDIDATES, qi, j] = unique
-                t_now = cycle_counter()
-                stats[LOOKUP_NS, qi, j] = int((t_now - t_prev) * tick_ns)
-                t_prev = t_now
-        if n_out - start > 1:
-            _sort_pairs(out_d, out_i, start, n_out)
+        if 2 * n_out - start > cap or n_out > max_results:  # room for _order_runs' scratch
+            if stats is not None:
+                stats[ITEMS, qi, :] = 0  # searched again after the buffer grows
+                _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+            return qi, start, max_results + 1 if n_out > max_results else -1, 0
+        if width > 1 and n_out - start > 1:
+            if n_out - start <= SMALL_SORT:
+                _sort_pairs(out_d, out_i, start, n_out)
+            else:
+                runs[width] = n_out
+                _order_runs(out_d, out_i, start, n_out, runs, counts)
         lims[qi + 1] = n_out
-        if with_stats:
-            for t in range(start, n_out):
-                stats[ITEMS, qi, out_d[t]] += 1
-            t_now = cycle_counter()
-            total_ns[qi] = int((t_now - t_query) * tick_ns)
-            t_prev = t_now
+        if stats is not None and qi + 1 - g_start == CLOCK_GROUP:
+            t_group = _close_clock_group(stats, total_ns, g_start, qi + 1, t_group, tick_ns)
+            g_start = qi + 1
+    if stats is not None:
+        _close_clock_group(stats, total_ns, g_start, nq, t_group, tick_ns)
     return nq, n_out, -1, 0
 
 
@@ -524,14 +647,38 @@ class MultiIndex(IndexBase):
         # one-word codes: substring j of value v is (v >> shift_j) & mask_j
         self._sub_shift = (self.bits - starts - widths).astype(np.uint64)
         self._sub_mask = np.array([(1 << int(w)) - 1 for w in widths], dtype=np.uint64)
+        self._exact_args = self._exact_layout() if words.shape[1] == 1 else ()
         self._stamps.reset(len(ids))
+
+    def _exact_layout(self) -> tuple:
+        """The arrays of :func:`_mih_exact_kernel` after ``R`` (one-word codes): substring
+        shifts and masks, one row per table (columns ``T_*``), the direct tables' bucket starts
+        (concatenated), the flat hash arrays, and ``table_items`` ``(m * n, 2)``: every item's
+        code and id (uint64) in the order of each table's buckets, ids ascending within a
+        bucket (:func:`_table_items`)."""
+        flat, bases = self.flat, self.bases
+        starts = [t.bucket_starts() if t.direct else np.zeros(0, np.int32) for t in self.tables]
+        start_base = np.concatenate([[0], np.cumsum([len(s) for s in starts])])
+        tables = np.array([(t.direct, start_base[j], bases["codes"][j], bases["slots"][j],
+                            len(t.slots) - 1, bases["bitmap"][j], t.table_shift, t.filter_shift,
+                            bases["offsets"][j]) for j, t in enumerate(self.tables)],
+                          dtype=np.int64).reshape(-1, T_OFFSETS + 1)
+        n = len(self.ids)
+        items = np.empty((self.substrings * n, 2), dtype=np.uint64)
+        for j, table in enumerate(self.tables):
+            _table_items(table.offsets, table.ids, self.words, self.ids, items[j * n:(j + 1) * n])
+        return (self._sub_shift, self._sub_mask, tables, np.concatenate(starts), flat["codes"],
+                flat["slots"], flat["bitmap"], flat["offsets"], items)
 
     @property
     def ntotal(self) -> int:
         return len(self.ids)
 
     def memory_bytes(self) -> int:
-        return self.words.nbytes + self.ids.nbytes + sum(a.nbytes for a in self.flat.values())
+        """Bytes of the shared arrays, the tables and the exact-substring layout."""
+        arrays = {id(a): a for a in (self.words, self.ids, *self.flat.values(),
+                                     *self._exact_args)}
+        return sum(a.nbytes for a in arrays.values())
 
     def substring_codes(self, words: np.ndarray) -> np.ndarray:
         """``(n, m)`` substring values of ``(n, W)`` codes."""
@@ -579,16 +726,20 @@ class MultiIndex(IndexBase):
 
     def _run_exact(self, xq, R, stats, max_results):
         """Range search with ``R < m`` of one-word codes: :func:`_mih_exact_kernel` (R + 1
-        exact substring lookups, no visit stamps), resumable over the thread's output buffers."""
-        flat, bases = self.flat, self.bases
-        args = (R, self._sub_shift, self._sub_mask, bool(stats), ns_per_tick(),
-                check_max_results(max_results),
-                flat["codes"], bases["codes"], flat["slots"], bases["slots"], flat["bitmap"],
-                bases["bitmap"], self._table_shift, self._filter_shift, self._direct,
-                flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
-        lims, D, I, st, reached = run_resumable_chunked(
-            lambda chunk, *rest: _mih_exact_kernel(chunk, *args, *rest), xq, R + 1,
-            bool(stats), UNIQUE_CANDIDATES + 1, self.threads)
+        exact substring lookups, no visit stamps), resumable over the thread's output buffers;
+        without ``stats`` the kernel gets None for its statistics (its compiled form without
+        them)."""
+        args = (R, *self._exact_args, check_max_results(max_results),
+                ns_per_tick() if stats else 1.0)
+
+        def kernel(chunk, q_start, n_out, lims, out_d, out_i, hits, st, total_ns):
+            if not stats:
+                st = total_ns = None
+            return _mih_exact_kernel(chunk, *args, q_start, n_out, lims, out_d, out_i, st,
+                                     total_ns)
+
+        lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, bool(stats),
+                                                        UNIQUE_CANDIDATES + 1, self.threads)
         raise_if_reached(max_results, reached, lims)
         return (lims, D, I, st) if stats else (lims, D, I)
 
