@@ -25,7 +25,10 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PARALLEL
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
-from bucketsearch.index.table import BucketTable, find_bucket, find_bucket_word
+from bucketsearch.index.table import (ENTRY_BUCKET, HASH_MULTIPLIER, BucketTable, find_bucket,
+                                     find_bucket_word, find_entry, filter_word_mask)
+
+_NO_ENTRIES = np.zeros((2, 2), dtype=np.uint64)  # a direct or multi-word table has none
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
            "STAT_FIELDS", "HammingIndex", "IndexBase", "ProbeLimitError", "ResultLimitError",
@@ -286,22 +289,31 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
                         reached)
 
 
-@njit
-def _lookup_words(xq, q_start, codes, slots, bitmap, table_shift, filter_shift, direct, offsets,
-                  hits, lims, with_clock, ticks):
-    """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the bucket (-1: none),
+@njit(inline="always")
+def _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hits, lims,
+                  with_clock, ticks):
+    """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the bucket of a direct table, the
+    slot of ``entries`` of a hashed one (:func:`index.table.find_entry`; -1: none),
     ``lims[qi + 1]`` its size and, ``with_clock``, ``ticks[qi]`` the clock after the lookup.
     Returns the sizes' sum. A loop with no exit and no store but these: written like this the
-    lookups of successive queries overlap (a miss is one filter load, 5 ns a query on 1M
-    codes); with an early return, a ``clock_gettime`` call or a statistics row in the loop,
-    even on branches not taken, it measured 40-45 ns a query."""
+    lookups of successive queries overlap; with an early return, a ``clock_gettime`` call or a
+    statistics row in the loop, even on branches not taken, it measured 40-45 ns a query."""
     total = 0
     for qi in range(q_start, xq.shape[0]):
-        b = find_bucket_word(xq[qi, 0], codes, slots, bitmap, table_shift, filter_shift, direct)
         size = 0
-        if b >= 0:
-            size = offsets[b + 1] - offsets[b]
-        hits[qi] = b
+        if direct:
+            h = np.int64(slots[xq[qi, 0]])
+            if h >= 0:
+                size = offsets[h + 1] - offsets[h]
+        else:
+            h = find_entry(xq[qi, 0], entries, table_shift)
+            if h >= 0:
+                size = 1
+                tag = entries[h, 1]
+                if tag & ENTRY_BUCKET:
+                    b = np.int64(tag & ~ENTRY_BUCKET)
+                    size = offsets[b + 1] - offsets[b]
+        hits[qi] = h
         lims[qi + 1] = size
         total += size
         if with_clock:
@@ -310,36 +322,46 @@ def _lookup_words(xq, q_start, codes, slots, bitmap, table_shift, filter_shift, 
 
 
 @njit
-def _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitmap,
-                        table_shift, filter_shift, direct, offsets, ids, q_start, n_out, lims,
-                        out_d, out_i, hits, stats, total_ns):
+def _range_word0_kernel(xq, with_stats, tick_ns, max_results, slots, direct, entries,
+                        table_shift, offsets, ids, q_start, n_out, lims, out_d, out_i, hits,
+                        stats, total_ns):
     """:func:`_range_word_kernel` at radius 0: all lookups first (:func:`_lookup_words`, into
     ``hits``, which must hold ``nq`` entries: else ``need = nq`` is returned), then, the room
-    checked once, the results copied. With ``with_stats`` a query's ``lookup_ns`` and
-    ``total_ns`` are the time between the end of its lookup and the end of the previous one,
-    plus the time its items took to copy (``tick_ns``: ns per clock tick)."""
+    checked once, the results copied (a one-item bucket of a hashed table: the id from its
+    slot entry, no other load). With ``with_stats`` a query's ``lookup_ns`` and ``total_ns``
+    are the time between the end of its lookup and the end of the previous one, plus the time
+    its items took to copy (``tick_ns``: ns per clock tick)."""
     nq = xq.shape[0]
     if len(hits) < nq:
         return q_start, n_out, -1, nq
     t_start = cycle_counter() if with_stats else 0
-    total = _lookup_words(xq, q_start, codes, slots, bitmap, table_shift, filter_shift, direct,
-                          offsets, hits, lims, with_stats, total_ns)
+    total = _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hits, lims,
+                          with_stats, total_ns)
     if n_out + total > max_results:
         return q_start, n_out, n_out + total, 0
     if n_out + total > len(out_i):
         return q_start, n_out, -1, 0
     t_copy = cycle_counter() if with_stats else 0
     for qi in range(q_start, nq):
-        b = hits[qi]
+        h = hits[qi]
         start = n_out
-        if b >= 0:
-            for t in range(offsets[b], offsets[b + 1]):
-                out_i[n_out] = ids[t]
-                out_d[n_out] = 0
-                n_out += 1
+        if h >= 0:
+            b = h
+            if not direct:
+                tag = entries[h, 1]
+                b = np.int64(tag & ~ENTRY_BUCKET) if tag & ENTRY_BUCKET else -1
+                if b < 0:
+                    out_i[n_out] = np.int64(tag)
+                    out_d[n_out] = 0
+                    n_out += 1
+            if b >= 0:
+                for t in range(offsets[b], offsets[b + 1]):
+                    out_i[n_out] = ids[t]
+                    out_d[n_out] = 0
+                    n_out += 1
         lims[qi + 1] = n_out
         if with_stats:
-            record_radius(stats, qi, 0, 1, 1 if b >= 0 else 0, n_out - start)
+            record_radius(stats, qi, 0, 1, 1 if h >= 0 else 0, n_out - start)
             t_end = total_ns[qi]
             t_now = cycle_counter()  # the copy of its items is part of a query's lookup
             total_ns[qi] = int(((t_end - t_start) + (t_now - t_copy)) * tick_ns)
@@ -348,14 +370,24 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitm
     return nq, n_out, -1, 0
 
 
+@njit(inline="always")
+def _passes_filter(code, bitmap, filter_shift):
+    """Whether the occupancy filter lets ``code`` through (a miss then costs one load of the
+    filter, kept in cache by the probes of the other radii, not one of the slot entries)."""
+    f, fbits = filter_word_mask(code * HASH_MULTIPLIER, filter_shift)
+    return bitmap[f] & fbits == fbits
+
+
 @njit
 def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slots, bitmap,
-                       table_shift, filter_shift, direct, offsets, ids, q_start, n_out, lims,
-                       out_d, out_i, hits, stats, total_ns):
-    """Range search (``d <= R``) of one-word codes (Q <= 64) written for small radii and single
-    queries: hits go straight to the caller's output buffers, nothing is allocated and no array
-    is reassigned in the query loop, and with ``with_stats`` off no statistic is written and no
-    clock read.
+                       table_shift, filter_shift, direct, entries, offsets, ids, q_start, n_out,
+                       lims, out_d, out_i, hits, stats, total_ns):
+    """Range search (``d <= R``, ``R >= 1``; radius 0 alone: :func:`_range_word0_kernel`) of
+    one-word codes (Q <= 64) written for small radii and single queries: hits go straight to
+    the caller's output buffers, nothing is allocated and no array is reassigned in the query
+    loop, and with ``with_stats`` off no statistic is written and no clock read. The radius-0
+    step of a hashed table reads its slot ``entries`` (:meth:`index.table.BucketTable.
+    slot_entries`; :data:`_NO_ENTRIES` for a direct table), the other radii ``slots``.
 
     Queries ``q_start..`` are searched; ``lims[qi + 1]`` receives the end of query ``qi``'s
     results in ``out_d`` / ``out_i`` (``lims[0] = 0`` is the caller's); ``hits`` is scratch for
@@ -366,26 +398,38 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slo
     ``reached >= 0``: the result cap ``max_results`` was passed (a lower bound of the total).
     With ``with_stats``, ``stats`` ``(5, nq, R + 1)`` and ``total_ns`` ``(nq,)`` are filled;
     the clock (:func:`index._jit.cycle_counter`, ``tick_ns`` ns per tick) is read
-    once per radius boundary, the end of a query being the start of the
-    next (so a radius-0 query costs one clock read).
+    once per radius boundary, the end of a query being the start of the next.
     """
     nq = xq.shape[0]
     cap = len(out_i)
     t_prev = cycle_counter() if with_stats else 0
-    if R == 0:  # its own function: see _range_word0_kernel
-        return _range_word0_kernel(xq, with_stats, tick_ns, max_results, codes, slots, bitmap,
-                                   table_shift, filter_shift, direct, offsets, ids, q_start,
-                                   n_out, lims, out_d, out_i, hits, stats, total_ns)
     for qi in range(q_start, nq):
         q = xq[qi, 0]
         start = n_out
         t_query = t_prev
         for r in range(R + 1):
             seg = n_out
-            if r == 0:
-                b = find_bucket_word(q, codes, slots, bitmap, table_shift, filter_shift, direct)
+            if r == 0:  # one load for a one-item bucket of a hashed table (its slot entry)
+                b = -1
                 probes = 1
                 nonempty = 0
+                if direct:
+                    b = np.int64(slots[q])
+                elif _passes_filter(q, bitmap, filter_shift):
+                    s = find_entry(q, entries, table_shift)
+                    if s >= 0:
+                        tag = entries[s, 1]
+                        if tag & ENTRY_BUCKET:
+                            b = np.int64(tag & ~ENTRY_BUCKET)
+                        elif n_out + 1 > max_results:
+                            return qi, start, n_out + 1, 0
+                        elif n_out + 1 > cap:
+                            return qi, start, -1, 0
+                        else:
+                            out_i[n_out] = np.int64(tag)
+                            out_d[n_out] = 0
+                            n_out += 1
+                            nonempty = 1
                 if b >= 0:
                     hits[0] = b
                     nonempty = 1
@@ -394,7 +438,7 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slo
                                                       table_shift, filter_shift, direct, hits)
                 if nonempty > len(hits):
                     return qi, start, -1, nonempty
-            for h in range(nonempty):
+            for h in range(nonempty if n_out == seg else 0):
                 b = hits[h]
                 lo = offsets[b]
                 hi = offsets[b + 1]
@@ -444,6 +488,18 @@ class HammingIndex(IndexBase):
     def _rebuild(self, words, ids):
         self.table = BucketTable.build(self.bits, words, ids)
 
+    @property
+    def table(self) -> BucketTable:
+        return self._table
+
+    @table.setter
+    def table(self, table: BucketTable) -> None:
+        """The table, and the slot entries of its radius-0 lookups when it is a hashed table
+        of one-word codes (:meth:`BucketTable.slot_entries`, derived here, not stored)."""
+        hashed_word = not table.direct and table.codes.shape[1] == 1
+        self._table, self._entries = table, (table.slot_entries() if hashed_word
+                                             else _NO_ENTRIES)
+
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
 
@@ -468,7 +524,7 @@ class HammingIndex(IndexBase):
         return self.table.item_words()
 
     def memory_bytes(self) -> int:
-        return self.table.memory_bytes()
+        return self.table.memory_bytes() + self._entries.nbytes
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
@@ -493,14 +549,20 @@ class HammingIndex(IndexBase):
         return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
 
     def _run_range_word(self, xq, R, stats, max_results):
-        """Range search of one-word codes: :func:`_range_word_kernel` (no per-query allocation,
-        no statistics unless asked), resumable over the thread's reusable output buffers."""
+        """Range search of one-word codes: :func:`_range_word_kernel` (radius 0:
+        :func:`_range_word0_kernel`; no per-query allocation, no statistics unless asked),
+        resumable over the thread's reusable output buffers."""
         t = self.table
-        args = (R, self.bits, bool(stats), ns_per_tick(), check_max_results(max_results),
-                t.codes, t.slots,
-                t.bitmap, t.table_shift, t.filter_shift, t.direct, t.offsets, t.ids)
+        head = (bool(stats), ns_per_tick(), check_max_results(max_results))
+        if R == 0:
+            args = (*head, t.slots, t.direct, self._entries, t.table_shift, t.offsets, t.ids)
+            kernel = _range_word0_kernel
+        else:
+            args = (R, self.bits, *head, t.codes, t.slots, t.bitmap, t.table_shift,
+                    t.filter_shift, t.direct, self._entries, t.offsets, t.ids)
+            kernel = _range_word_kernel
         lims, D, I, st, reached = run_resumable_chunked(
-            lambda chunk, *rest: _range_word_kernel(chunk, *args, *rest), xq, R + 1,
+            lambda chunk, *rest: kernel(chunk, *args, *rest), xq, R + 1,
             bool(stats), len(STAT_FIELDS), self.threads)
         if max_results is not None:
             raise_if_reached(max_results, reached, lims)

@@ -14,6 +14,11 @@ Layout (all flat arrays, so a snapshot is a handful of ``.npy`` files that ``mma
 
 For ``Q <= DIRECT_MAX_BITS`` (and codes dense enough) the table is direct-addressed instead:
 ``slots`` has ``2^Q`` entries indexed by the code value itself, and there is no bitmap.
+
+Radius-0 lookups of a hashed one-word table read :meth:`BucketTable.slot_entries` instead, derived
+at load and not stored: per slot the code and, for a bucket of one item, that item's id, so a
+hit is one load where ``slots``, then ``codes`` and ``offsets``, then ``ids`` are three dependent
+ones (each a cache miss once other work has run).
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ from bucketsearch.index.codes import n_words
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
 DIRECT_MAX_BITS = 24      # direct addressing only up to 2^24 slots (64 MiB of int32)
+#: Tags of :meth:`BucketTable.slot_entries`: an empty slot; a tag with this bit set is a bucket
+#: number; any other tag is the id of a bucket's only item
+ENTRY_EMPTY = np.uint64(2**64 - 1)
+ENTRY_BUCKET = np.uint64(1 << 63)
 BITMAP_BITS_PER_CODE = 32  # filter size, rounded up to a power of two
 TABLE_SLOTS_PER_CODE = 1.5  # rounded up to a power of two: load factor 0.375..0.67
 
@@ -104,6 +113,35 @@ def _fill_hash(codes, slots, bitmap, table_shift, filter_shift):
         while slots[s] >= 0:
             s = (s + np.uint64(1)) & mask
         slots[s] = b
+
+
+@njit
+def _fill_entries(codes, offsets, ids, slots, entries):
+    for s in range(len(slots)):
+        b = slots[s]
+        if b < 0:
+            entries[s, 0] = 0
+            entries[s, 1] = ENTRY_EMPTY
+            continue
+        entries[s, 0] = codes[b, 0]
+        if offsets[b + 1] - offsets[b] == 1 and ids[offsets[b]] >= 0:
+            entries[s, 1] = np.uint64(ids[offsets[b]])
+        else:
+            entries[s, 1] = ENTRY_BUCKET | np.uint64(b)
+
+
+@njit(inline="always")
+def find_entry(code, entries, table_shift):
+    """Slot of one-word ``code`` in :meth:`BucketTable.slot_entries`, or -1 (the probe sequence
+    of ``slots``, no filter: a hit, radius 0's usual case, pays one load instead of two)."""
+    mask = np.uint64(len(entries) - 1)
+    s = (code * HASH_MULTIPLIER) >> table_shift
+    while True:
+        if entries[s, 1] == ENTRY_EMPTY:
+            return -1
+        if entries[s, 0] == code:
+            return np.int64(s)
+        s = (s + np.uint64(1)) & mask
 
 
 @njit
@@ -213,6 +251,18 @@ class BucketTable:
         starts = np.zeros((1 << self.bits) + 1, dtype=dtype)
         starts[self.codes[:, 0].astype(np.int64) + 1] = self.bucket_sizes()
         return np.cumsum(starts, out=starts)
+
+    def slot_entries(self) -> np.ndarray:
+        """``(len(slots), 2)`` uint64 for radius-0 lookups of a hashed one-word table, slot for
+        slot: the bucket's code, then a tag: :data:`ENTRY_EMPTY` for an empty slot, the id of
+        the bucket's only item (ids >= 0), else ``ENTRY_BUCKET | b`` for bucket ``b``
+        (16 bytes a slot, four to a cache line; :func:`find_entry`)."""
+        if self.direct or self.codes.shape[1] != 1:
+            raise ValueError(f"slot_entries needs a hashed table of one-word codes ({self.bits} "
+                             f"bits, {'direct' if self.direct else 'hashed'})")
+        entries = np.empty((len(self.slots), 2), dtype=np.uint64)
+        _fill_entries(self.codes, self.offsets, self.ids, self.slots, entries)
+        return entries
 
     def item_words(self) -> np.ndarray:
         """Each item's code, in table order (aligned with ``ids``)."""

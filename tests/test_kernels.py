@@ -217,15 +217,50 @@ def test_lookup_words_matches_a_dict(bits, n, clock, data):
     hits = np.full(len(xq), -9, dtype=np.int64)
     lims = np.zeros(len(xq) + 1, dtype=np.int64)
     ticks = np.zeros(len(xq), dtype=np.int64)
-    total = _lookup_words(xq, q_start, *table.lookup_args(), table.offsets, hits, lims, clock,
-                          ticks)
+    entries = np.zeros((2, 2), np.uint64) if table.direct else table.slot_entries()
+    total = _lookup_words(xq, q_start, table.slots, table.direct, entries, table.table_shift,
+                          table.offsets, hits, lims, clock, ticks)
     th, ts = lookup_twin(xq, table.codes, table.offsets)
+    if not table.direct:  # a hashed table's hit is the slot of its bucket
+        hits[q_start:] = np.where(hits[q_start:] >= 0, table.slots[hits[q_start:]], -1)
     assert (hits[q_start:] == th[q_start:]).all() and (hits[:q_start] == -9).all()
     assert (lims[q_start + 1:] == ts[q_start:]).all() and total == ts[q_start:].sum()
     if clock:
         assert (ticks[q_start:] > 0).all() and (ticks[:q_start] == 0).all()
     else:
         assert (ticks == 0).all()
+
+
+def slot_entries_twin(table):
+    """Per slot: (0, all ones) when empty, else (code, the id of a one-item bucket whose id is
+    >= 0, else 2^63 + bucket)."""
+    rows = []
+    for b in table.slots.tolist():
+        if b < 0:
+            rows.append((0, 2**64 - 1))
+            continue
+        lo, hi = table.offsets[b], table.offsets[b + 1]
+        one = hi - lo == 1 and table.ids[lo] >= 0
+        rows.append((int(table.codes[b, 0]), int(table.ids[lo]) if one else 2**63 + b))
+    return np.array(rows, dtype=np.uint64).reshape(-1, 2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), max_size=60),
+       data=st.data())
+def test_slot_entries_match_a_twin(values, data):
+    """One-item buckets carry their id (not when it is negative), the others their bucket."""
+    ids = np.array(data.draw(st.lists(st.integers(-3, 2**63 - 1), min_size=len(values),
+                                      max_size=len(values), unique=True)), dtype=np.int64)
+    table = BucketTable.build(64, np.array(values, dtype=np.uint64).reshape(-1, 1), ids)
+    assert not table.direct
+    assert (table.slot_entries() == slot_entries_twin(table)).all()
+
+
+def test_slot_entries_of_a_direct_or_multiword_table_are_refused():
+    for bits, words in ((8, np.array([[3]], np.uint64)), (70, np.array([[3, 1]], np.uint64))):
+        with pytest.raises(ValueError, match="slot_entries needs"):
+            BucketTable.build(bits, words, np.arange(1, dtype=np.int64)).slot_entries()
 
 
 def _same(got, expected):
@@ -290,3 +325,33 @@ def test_small_radius_statistics_with_the_cap_and_threads():
             with pytest.raises(ResultLimitError):
                 index.range_search(xq, R, stats=True, max_results=total - 1)
             assert math.isfinite(float(got[3].total_ns.sum()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([30, 48, 64]), values=st.lists(st.integers(0, 7), min_size=1,
+                                                            max_size=60),
+       high=st.integers(0, 2**64 - 1), negative=st.booleans(), stats=st.booleans(),
+       R=st.integers(0, 2), short=st.integers(0, 2))
+def test_slot_entries_in_range_search_match_brute_force(bits, values, high, negative, stats, R,
+                                                        short):
+    """The radius-0 step of a hashed one-word table (alone, and before radius 1-2): one-item
+    buckets answered from their slot entry, the others (several items, or a negative id)
+    through the bucket; queries that miss; a result cap at the total passes, under it raises."""
+    top = np.uint64((1 << bits) - 1)
+    xb = ((np.array(values, dtype=np.uint64) * np.uint64(high | 1)) & top).reshape(-1, 1)
+    ids = np.arange(len(xb), dtype=np.int64) * 7 - (5 if negative else 0)
+    index = HammingIndex(bits)
+    index.add(xb, ids)
+    index.threads = 1
+    assert not index.table.direct
+    xq = np.concatenate([xb, xb ^ np.uint64(1), xb ^ np.uint64(6)])
+    expected = naive.range_search(xq, xb, ids, bits, R)
+    got = index.range_search(xq, R, stats=stats)
+    _same(got, expected)
+    if stats:
+        assert (got[3].items.sum(axis=1) == np.diff(got[0])).all()
+    total = int(expected[0][-1])
+    if short and total >= short:
+        with pytest.raises(ResultLimitError):
+            index.range_search(xq, R, stats=stats, max_results=total - short)
+    _same(index.range_search(xq, R, stats=stats, max_results=total), expected)
