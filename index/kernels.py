@@ -84,9 +84,13 @@ def sort_run(a, lo, hi):
 
 
 @njit
-def counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_out):
+def counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_out,
+                  ascending=False):
     """Emit the candidates ``c < n`` with ``lo <= cand_d[c] <= cut`` at ``out[n_out:]``
-    ordered by (distance, id); ``cand_p[c]`` is the candidate's position in ``ids``.
+    ordered by (distance, id); ``cand_p[c]`` is the candidate's position in ``ids`` (``ids``
+    None: its id).
+    ``ascending``: the candidates come in ascending id order (a scan of items stored by id),
+    so the pass by distance, being stable, already orders each distance by id.
 
     ``hist[d]`` must be the number of candidates at distance ``d`` (for ``lo <= d <= cut``);
     ``fill`` is scratch of at least ``cut + 1`` entries; the output buffers must have room for
@@ -102,13 +106,14 @@ def counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_o
     for c in range(n):
         d = cand_d[c]
         if lo <= d <= cut:
-            out_i[fill[d]] = ids[cand_p[c]]
+            out_i[fill[d]] = cand_p[c] if ids is None else ids[cand_p[c]]
             out_d[fill[d]] = d
             fill[d] += 1
-    start = n_out
-    for d in range(lo, cut + 1):
-        sort_run(out_i, start, fill[d])
-        start = fill[d]
+    if not ascending:
+        start = n_out
+        for d in range(lo, cut + 1):
+            sort_run(out_i, start, fill[d])
+            start = fill[d]
     return total
 
 

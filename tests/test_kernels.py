@@ -12,6 +12,7 @@ from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting
                                         hamming, merge_rows, record_radius, sort_run)
 from bucketsearch.index.mih import MultiIndex, _sort_pairs
 from bucketsearch.index.probe import HammingIndex, _lookup_words
+from bucketsearch.index.scan import LinearScan
 from bucketsearch.index.table import BucketTable
 from tests import naive
 
@@ -149,7 +150,17 @@ def test_counting_sort_matches_lexsort(n, bits, data):
     fill = np.zeros(bits + 2, dtype=np.int64)
     need = n_out + int(hist[lo:cut + 1].sum())
     out_d, out_i = grow(out_d, need), grow(out_i, need)
-    total = counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_out)
+    form = data.draw(st.sampled_from(["positions", "ids", "ascending ids"]))
+    if form == "positions":
+        total = counting_sort(cand_d, cand_p, n, ids, hist, lo, cut, fill, out_d, out_i, n_out)
+    else:  # the scan's form: the candidates' ids themselves, in id order when ascending
+        given_ids = ids[cand_p]
+        if form == "ascending ids":
+            order = np.argsort(given_ids[:n], kind="stable")
+            given_ids[:n], cand_d[:n] = given_ids[:n][order], cand_d[:n][order]
+            cand_p[:n] = cand_p[:n][order]
+        total = counting_sort(cand_d, given_ids, n, None, hist, lo, cut, fill, out_d, out_i,
+                              n_out, form == "ascending ids")
     tD, tI = counting_sort_twin(cand_d, cand_p, n, ids, lo, cut)
     assert total == len(tD)
     assert (out_d[n_out:n_out + total] == tD).all() and (out_i[n_out:n_out + total] == tI).all()
@@ -355,3 +366,30 @@ def test_slot_entries_in_range_search_match_brute_force(bits, values, high, nega
         with pytest.raises(ResultLimitError):
             index.range_search(xq, R, stats=stats, max_results=total - short)
     _same(index.range_search(xq, R, stats=stats, max_results=total), expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from([8, 32, 64, 100]), n=st.integers(0, 60), R=st.integers(0, 6),
+       k=st.integers(1, 8), stats=st.booleans(), stored=st.sampled_from(["add", "snapshot"]),
+       seed=st.integers(0, 2**31))
+def test_linear_scan_in_any_storage_order_matches_brute_force(bits, n, R, k, stats, stored,
+                                                              seed):
+    """The scan stores items by id (each distance's hits then come in id order, unsorted);
+    arrays in another order (a snapshot written before, or the planner's arrays shared with
+    another engine) are searched through the sort by id."""
+    rng = np.random.default_rng(seed)
+    xb = pack_bits(rng.integers(0, 2, (n, bits)))
+    xb[n // 2:] = xb[:n - n // 2]  # duplicate codes: ties broken by id
+    ids = rng.permutation(10 * n + 3)[:n].astype(np.int64) - 3
+    if stored == "add":
+        index = LinearScan(bits)
+        index.add(xb, ids)
+        assert (np.diff(index.ids) > 0).all()
+    else:
+        index = LinearScan.from_snapshot(bits, {}, {"words": xb, "ids": ids})
+    xq = np.concatenate([xb[:5], pack_bits(rng.integers(0, 2, (3, bits)))])
+    got = index.range_search(xq, R, stats=stats)
+    _same(got, naive.range_search(xq, xb, ids, bits, R))
+    D, I = index.search(xq, k)[:2]
+    eD, eI = naive.knn(xq, xb, ids, bits, k)
+    assert (D == eD).all() and (I == eI).all()
