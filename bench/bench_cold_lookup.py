@@ -55,11 +55,12 @@ def main():
     new = engines["new"]
     words = new.words
     mult, shift = int(HASH_MULTIPLIER), int(new.table.table_shift)
+    entries = new._table_entries[1]
     flush = np.zeros((args.flush_mib << 20) // 64, dtype=(np.uint8, 64))
 
     def entry_warm(q):
         s = ((q * mult) % 2**64) >> shift
-        return int(new._entries[s, 0]) + int(new._entries[s, 1])
+        return int(entries[s, 0]) + int(entries[s, 1])
 
     variants = {"cold": ("new", True, None), "entry warm": ("new", True, entry_warm),
                 "warm": ("new", False, None)}

@@ -490,15 +490,15 @@ class HammingIndex(IndexBase):
 
     @property
     def table(self) -> BucketTable:
-        return self._table
+        return self._table_entries[0]
 
     @table.setter
     def table(self, table: BucketTable) -> None:
         """The table, and the slot entries of its radius-0 lookups when it is a hashed table
-        of one-word codes (:meth:`BucketTable.slot_entries`, derived here, not stored)."""
+        of one-word codes (:meth:`BucketTable.slot_entries`, derived here, not stored); one
+        attribute holds both, so a search never pairs a table with another's entries."""
         hashed_word = not table.direct and table.codes.shape[1] == 1
-        self._table, self._entries = table, (table.slot_entries() if hashed_word
-                                             else _NO_ENTRIES)
+        self._table_entries = (table, table.slot_entries() if hashed_word else _NO_ENTRIES)
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
@@ -524,7 +524,8 @@ class HammingIndex(IndexBase):
         return self.table.item_words()
 
     def memory_bytes(self) -> int:
-        return self.table.memory_bytes() + self._entries.nbytes
+        table, entries = self._table_entries
+        return table.memory_bytes() + entries.nbytes
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
@@ -552,14 +553,14 @@ class HammingIndex(IndexBase):
         """Range search of one-word codes: :func:`_range_word_kernel` (radius 0:
         :func:`_range_word0_kernel`; no per-query allocation, no statistics unless asked),
         resumable over the thread's reusable output buffers."""
-        t = self.table
+        t, entries = self._table_entries
         head = (bool(stats), ns_per_tick(), check_max_results(max_results))
         if R == 0:
-            args = (*head, t.slots, t.direct, self._entries, t.table_shift, t.offsets, t.ids)
+            args = (*head, t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids)
             kernel = _range_word0_kernel
         else:
             args = (R, self.bits, *head, t.codes, t.slots, t.bitmap, t.table_shift,
-                    t.filter_shift, t.direct, self._entries, t.offsets, t.ids)
+                    t.filter_shift, t.direct, entries, t.offsets, t.ids)
             kernel = _range_word_kernel
         lims, D, I, st, reached = run_resumable_chunked(
             lambda chunk, *rest: kernel(chunk, *args, *rest), xq, R + 1,
