@@ -291,15 +291,17 @@ class _OutputBuffers(threading.local):
 OUTPUT_BUFFER_START = 4096
 OUTPUT_BUFFER_KEEP = 1 << 20
 _BUFFERS = _OutputBuffers()
+_WORD = np.dtype(np.uint64)  # native byte order
 _NO_STATS = np.zeros((0, 0, 0), dtype=np.int64)
 _NO_NS = np.zeros(0, dtype=np.int64)
 
 
-def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: int):
+def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: int,
+                  args: tuple = ()):
     """Run a resumable kernel over all of ``xq`` on the calling thread.
 
-    ``kernel(xq, q_start, n_out, lims, out_d, out_i, hits, stats, total_ns) -> (q_end, n_out,
-    reached, need)`` writes into this thread's reusable output buffers and stops when they are
+    ``kernel(xq, *args, q_start, n_out, lims, out_d, out_i, hits, stats, total_ns) -> (q_end,
+    n_out, reached, need)`` writes into this thread's reusable output buffers and stops when they are
     full, or its ``hits`` scratch needs ``need`` entries (then they are grown and the kernel
     resumes at ``q_end``), or when the result cap is passed (``reached >= 0``). Returns
     ``(lims, D, I, stats, total_ns, reached)``; ``stats`` ``(rows, nq, width)`` and
@@ -316,8 +318,8 @@ def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: in
         stats, total_ns = _NO_STATS, _NO_NS
     q, n_out, reached = 0, 0, -1
     while True:
-        q, n_out, reached, need = kernel(xq, q, n_out, lims, buf.d, buf.i, buf.hits, stats,
-                                         total_ns)
+        q, n_out, reached, need = kernel(xq, *args, q, n_out, lims, buf.d, buf.i, buf.hits,
+                                         stats, total_ns)
         if q >= nq or reached >= 0:
             break
         if need:
@@ -333,7 +335,7 @@ def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: in
 
 
 def run_resumable_chunked(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: int,
-                          threads: int | None):
+                          threads: int | None, args: tuple = ()):
     """:func:`run_resumable` over query chunks on the shared pool (batches of at least
     :data:`PARALLEL_MIN_QUERIES` with ``threads > 1``), on the calling thread otherwise.
 
@@ -345,7 +347,7 @@ def run_resumable_chunked(kernel, xq: np.ndarray, width: int, with_stats: bool, 
     if nq < PARALLEL_MIN_QUERIES or threads == 1 or (threads is None
                                                      and default_threads() <= 1):
         lims, D, I, stats, total_ns, reached = run_resumable(kernel, xq, width, with_stats,
-                                                             rows)
+                                                             rows, args)
         if not with_stats:  # the single-query path: nothing more to assemble
             return lims, D, I, None, reached
         parts = [(lims, D, I, stats, total_ns, reached)]
@@ -353,9 +355,9 @@ def run_resumable_chunked(kernel, xq: np.ndarray, width: int, with_stats: bool, 
         threads = threads or default_threads()
         bounds = np.linspace(0, nq, min(threads, nq) + 1).astype(int)
         chunks = [xq[a:b] for a, b in zip(bounds, bounds[1:])]
-        futures = [_chunk_pool().submit(run_resumable, kernel, c, width, with_stats, rows)
-                   for c in chunks[1:]]
-        parts = [run_resumable(kernel, chunks[0], width, with_stats, rows)]
+        futures = [_chunk_pool().submit(run_resumable, kernel, c, width, with_stats, rows,
+                                        args) for c in chunks[1:]]
+        parts = [run_resumable(kernel, chunks[0], width, with_stats, rows, args)]
         parts += [f.result() for f in futures]
     if len(parts) == 1:
         lims, D, I = parts[0][:3]
@@ -413,6 +415,10 @@ class IndexBase:
         return self.ntotal
 
     def _check_queries(self, queries) -> np.ndarray:
+        if (type(queries) is np.ndarray and queries.dtype == _WORD and queries.ndim == 2
+                and self.bits % 64 == 0 and queries.shape[1] == self.bits // 64
+                and queries.flags.c_contiguous):
+            return queries  # whole words, no bit above the code to check (~0.5 us less a call)
         try:
             return as_words(queries, self.bits)
         except ValueError as exc:

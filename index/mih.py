@@ -63,8 +63,7 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, P
 from bucketsearch.index.codes import check_bits, n_words, word_widths
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
-                                        counting_sort, grow, hamming, record_radius,
-                                        sort_run)
+                                        counting_sort, grow, hamming, record_radius)
 from bucketsearch.index.probe import _probe_radius_word
 from bucketsearch.index.table import HASH_MULTIPLIER, BucketTable, filter_word_mask
 

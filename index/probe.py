@@ -498,7 +498,12 @@ class HammingIndex(IndexBase):
         of one-word codes (:meth:`BucketTable.slot_entries`, derived here, not stored); one
         attribute holds both, so a search never pairs a table with another's entries."""
         hashed_word = not table.direct and table.codes.shape[1] == 1
-        self._table_entries = (table, table.slot_entries() if hashed_word else _NO_ENTRIES)
+        entries = table.slot_entries() if hashed_word else _NO_ENTRIES
+        t = table
+        self._table_entries = (table, entries,
+                               (t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids),
+                               (t.codes, t.slots, t.bitmap, t.table_shift, t.filter_shift,
+                                t.direct, entries, t.offsets, t.ids))
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
@@ -524,7 +529,7 @@ class HammingIndex(IndexBase):
         return self.table.item_words()
 
     def memory_bytes(self) -> int:
-        table, entries = self._table_entries
+        table, entries = self._table_entries[:2]
         return table.memory_bytes() + entries.nbytes
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
@@ -553,18 +558,13 @@ class HammingIndex(IndexBase):
         """Range search of one-word codes: :func:`_range_word_kernel` (radius 0:
         :func:`_range_word0_kernel`; no per-query allocation, no statistics unless asked),
         resumable over the thread's reusable output buffers."""
-        t, entries = self._table_entries
-        head = (bool(stats), ns_per_tick(), check_max_results(max_results))
-        if R == 0:
-            args = (*head, t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids)
-            kernel = _range_word0_kernel
+        head = (bool(stats), ns_per_tick() if stats else 1.0, check_max_results(max_results))
+        if R == 0:  # the table's arguments bound once per table (_table_entries)
+            kernel, args = _range_word0_kernel, (*head, *self._table_entries[2])
         else:
-            args = (R, self.bits, *head, t.codes, t.slots, t.bitmap, t.table_shift,
-                    t.filter_shift, t.direct, entries, t.offsets, t.ids)
-            kernel = _range_word_kernel
-        lims, D, I, st, reached = run_resumable_chunked(
-            lambda chunk, *rest: kernel(chunk, *args, *rest), xq, R + 1,
-            bool(stats), len(STAT_FIELDS), self.threads)
+            kernel, args = _range_word_kernel, (R, self.bits, *head, *self._table_entries[3])
+        lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, bool(stats),
+                                                        len(STAT_FIELDS), self.threads, args)
         if max_results is not None:
             raise_if_reached(max_results, reached, lims)
         return (lims, D, I, st) if stats else (lims, D, I)

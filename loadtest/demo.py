@@ -62,7 +62,7 @@ LOAD_CHUNK = 100_000
 OPEN_SHARE_OF_CLOSED = 0.8
 #: ... lowered by this factor after a probe with a saturation warning, at most PROBES times
 PROBE_BACKOFF = 0.7
-PROBES = 4
+PROBES = 8  # a fast server's closed-loop rate can be 5-8x what one open-loop client sends
 PROBE_S = 2.0
 PROBE_WARMUP_S = 0.5
 MIN_RATE = 10.0
