@@ -301,9 +301,9 @@ def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: in
     """Run a resumable kernel over all of ``xq`` on the calling thread.
 
     ``kernel(xq, *args, q_start, n_out, lims, out_d, out_i, hits, stats, total_ns) -> (q_end,
-    n_out, reached, need)`` writes into this thread's reusable output buffers and stops when they are
-    full, or its ``hits`` scratch needs ``need`` entries (then they are grown and the kernel
-    resumes at ``q_end``), or when the result cap is passed (``reached >= 0``). Returns
+    n_out, reached, need)`` writes into this thread's reusable output buffers and stops when
+    they are full, or its ``hits`` scratch needs ``need`` entries (then they are grown and the
+    kernel resumes at ``q_end``), or when the result cap is passed (``reached >= 0``). Returns
     ``(lims, D, I, stats, total_ns, reached)``; ``stats`` ``(rows, nq, width)`` and
     ``total_ns`` are allocated only ``with_stats``.
     """
