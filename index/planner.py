@@ -167,8 +167,8 @@ class AutoIndex(IndexBase):
     """Exact search that picks, per batch, the cheapest of single table, multi-index, scan.
 
     Holds a :class:`~index.probe.HammingIndex`, a :class:`~index.mih.MultiIndex` and a
-    :class:`~index.scan.LinearScan` over the same items (the scan shares the multi-index's
-    arrays). Every rebuild (add/remove) re-calibrates unless ``calibrate_on_build=False``.
+    :class:`~index.scan.LinearScan` over the same items (the scan with its own copy of the
+    codes and ids, stored by id: 16 bytes per item). Every rebuild (add/remove) re-calibrates unless ``calibrate_on_build=False``.
     """
 
     kind = "auto"
@@ -228,7 +228,7 @@ class AutoIndex(IndexBase):
         return self.mih.words
 
     def memory_bytes(self) -> int:
-        return self.single.memory_bytes() + self.mih.memory_bytes()
+        return self.single.memory_bytes() + self.mih.memory_bytes() + self.scan.memory_bytes()
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Bucket lookups per query of the engine the plan of a radius-``max_distance`` search
@@ -240,7 +240,7 @@ class AutoIndex(IndexBase):
     def _rebuild(self, words, ids):
         self.single._rebuild(words, ids)
         self.mih._rebuild(words, ids)
-        self.scan.words, self.scan.ids = self.mih.words, self.mih.ids
+        self.scan._rebuild(words, ids)  # its own copy, stored by id (no sort per distance)
         if self.calibrate_on_build:
             self.calibrate()
         else:
@@ -495,7 +495,7 @@ class AutoIndex(IndexBase):
         index.single.table = BucketTable.from_arrays(
             bits, {k[7:]: v for k, v in arrays.items() if k.startswith("single_")},
             meta["direct"])
-        index.scan.words, index.scan.ids = index.mih.words, index.mih.ids
+        index.scan._rebuild(index.mih.words, index.mih.ids)
         index.threads = None
         if index.calibrate_on_build:
             index.calibrate()
