@@ -613,9 +613,10 @@ class MultiIndex(IndexBase):
     def _rebuild(self, words, ids):
         words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
         ids = np.ascontiguousarray(ids, dtype=np.int64)
-        order = _sort_order(words, ids)  # items of one code together: verification reads
-        words, ids = np.ascontiguousarray(words[order]), ids[order]  # them together (by id:
-        # clustered r = 3, the general kernel, measured 1.46x slower)
+        # by (code, id): the items of one code lie together for the general kernel's
+        # verification (stored by id, clustered r = 3 measured 1.46x slower)
+        order = _sort_order(words, ids)
+        words, ids = np.ascontiguousarray(words[order]), ids[order]
         m = self.fixed_substrings or default_substrings(self.bits, len(ids))
         starts, widths = substring_ranges(self.bits, m)
         subs = _substrings(words, starts, widths, self._word_width)

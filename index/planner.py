@@ -168,7 +168,8 @@ class AutoIndex(IndexBase):
 
     Holds a :class:`~index.probe.HammingIndex`, a :class:`~index.mih.MultiIndex` and a
     :class:`~index.scan.LinearScan` over the same items (the scan with its own copy of the
-    codes and ids, stored by id: 16 bytes per item). Every rebuild (add/remove) re-calibrates unless ``calibrate_on_build=False``.
+    codes and ids, stored by id: 16 bytes per item). Every rebuild (add/remove) re-calibrates
+    unless ``calibrate_on_build=False``.
     """
 
     kind = "auto"

@@ -87,13 +87,12 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
 
 
 @njit
-def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, stop,
-                 ascending):
+def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, stop):
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``: the
     ``k`` nearest within ``max_radius``).
 
     The kept items are emitted in (distance, id) order by :func:`index.kernels.counting_sort`
-    (``ascending``: ``ids`` is increasing, so no distance needs a sort by id).
+    (``ids`` is increasing, :meth:`LinearScan._rebuild`, so no distance needs a sort by id).
     Statistics ``(5, nq, bits + 1)`` (allocated only ``with_stats``) hold ``items`` per
     distance; a scan probes no bucket. Result cap (range search): a query's pass stops once the
     chunk's results would pass ``max_results``; the kernel then sets ``stop[0]`` (read before
@@ -144,7 +143,7 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, s
         for t in range(kept):  # positions to ids first: a loop of one store per hit keeps
             sel[t] = ids[sel[t]]  # many of its cache misses in flight (in the sort, 1.3x slower)
         got = counting_sort(sel_d, sel, kept, None, hist, 0, tau, fill, out_d, out_i, n_out,
-                            ascending)
+                            True)
         if k >= 0 and got > k:
             got = k
         n_out += got
@@ -174,26 +173,22 @@ class LinearScan(IndexBase):
     def _rebuild(self, words, ids):
         """Items stored by id, so a pass meets each distance's hits in id order."""
         order = np.argsort(ids, kind="stable")
-        self.words = np.ascontiguousarray(np.asarray(words, dtype=np.uint64)[order])
-        self.ids = np.ascontiguousarray(np.asarray(ids, dtype=np.int64)[order])
-
-    def _ids_ascending(self) -> bool:
-        """Whether :attr:`ids` is increasing (checked once per array: a snapshot written
-        before the scan stored items by id, or arrays shared with another engine, may not
-        be)."""
-        ids = self.ids
-        if getattr(self, "_ascending_of", None) is not ids:
-            self._ascending = bool(len(ids) < 2 or np.all(ids[1:] > ids[:-1]))
-            self._ascending_of = ids
-        return self._ascending
+        self.words = np.asarray(words, dtype=np.uint64)[order]
+        self.ids = np.asarray(ids, dtype=np.int64)[order]
 
     def snapshot(self) -> tuple[dict, dict]:
         return {}, {"words": self.words, "ids": self.ids}
 
     @classmethod
     def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> LinearScan:
+        """A snapshot written before the scan stored items by id is put in id order (a copy);
+        one in id order is used as loaded (``mmap`` stays shared)."""
         index = cls(bits)
-        index.words, index.ids = arrays["words"], arrays["ids"]
+        words, ids = arrays["words"], arrays["ids"]
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
+            index._rebuild(words, ids)
+        else:
+            index.words, index.ids = words, ids
         return index
 
     @property
@@ -210,9 +205,8 @@ class LinearScan(IndexBase):
     def _run(self, xq, max_radius, k, stats, max_results=None):
         stop = np.zeros(1, dtype=np.int64)
         cap = check_max_results(max_results)
-        ascending = self._ids_ascending()
         lims, D, I, rest = run_chunked(
             lambda chunk: _scan_kernel(chunk, self.words, self.ids, self.bits, max_radius, k,
-                                       stats, cap, stop, ascending), xq, self.threads)
+                                       stats, cap, stop), xq, self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)

@@ -375,8 +375,7 @@ def test_slot_entries_in_range_search_match_brute_force(bits, values, high, nega
 def test_linear_scan_in_any_storage_order_matches_brute_force(bits, n, R, k, stats, stored,
                                                               seed):
     """The scan stores items by id (each distance's hits then come in id order, unsorted);
-    arrays in another order (a snapshot written before, or the planner's arrays shared with
-    another engine) are searched through the sort by id."""
+    a snapshot in another order (written before) is put in id order at load."""
     rng = np.random.default_rng(seed)
     xb = pack_bits(rng.integers(0, 2, (n, bits)))
     xb[n // 2:] = xb[:n - n // 2]  # duplicate codes: ties broken by id
