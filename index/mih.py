@@ -57,9 +57,10 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
-from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                                     check_max_results, raise_if_over, raise_if_reached,
-                                     run_chunked, run_resumable_chunked, stats_from_chunks)
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PROBE_CAP, IndexBase,
+                                     ProbeLimitError, check_max_results, raise_if_over,
+                                     raise_if_reached, run_chunked, run_resumable_chunked,
+                                     stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
@@ -444,7 +445,7 @@ def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
 @njit
 def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, bitmap,
                       offsets, table_items, max_results, tick_ns, q_start, n_out,
-                      lims, out_d, out_i, stats, total_ns):
+                      lims, out_d, out_i, scratch, stats, total_ns):
     """Range search of one-word codes for ``R < m``: the pigeonhole rule with every substring
     searched at radius 0 (an item within ``R`` equals the query exactly on one of the
     substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups.
@@ -465,8 +466,8 @@ def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, 
     Nothing leaves the query loop but a full output buffer (with room for that scratch) or the
     result cap, tested once per query: a result past the buffer is counted, not written (exits
     at every result measured 13-18% slower at radius 0-1). Output and resumption as
-    :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``,
-    ``need`` always 0).
+    :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``;
+    ``scratch`` must hold ``need = 2 * (R + 2)`` entries: the runs' bounds and counts).
 
     ``stats`` and ``total_ns`` are None without statistics (numba compiles that case without
     any of their code). With them: ``candidates``, ``unique_candidates`` and ``items`` as
@@ -479,8 +480,10 @@ def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, 
     n = len(table_items) // len(sub_mask)
     cap = len(out_i)
     width = R + 1
-    runs = np.zeros(width + 1, dtype=np.int64)
-    counts = np.zeros(width + 1, dtype=np.int64)
+    if len(scratch) < 2 * (width + 1):
+        return q_start, n_out, -1, 2 * (width + 1)
+    runs = scratch[:width + 1]
+    counts = scratch[width + 1:2 * (width + 1)]
     t_group = cycle_counter() if stats is not None else 0
     g_start = q_start
     for qi in range(q_start, nq):
@@ -649,6 +652,7 @@ class MultiIndex(IndexBase):
         self._sub_shift = (self.bits - starts - widths).astype(np.uint64)
         self._sub_mask = np.array([(1 << int(w)) - 1 for w in widths], dtype=np.uint64)
         self._exact_args = self._exact_layout() if words.shape[1] == 1 else ()
+        self._exact_entries: dict = {}  # the compiled entries for these arguments
         self._stamps.reset(len(ids))
 
     def _exact_layout(self) -> tuple:
@@ -730,17 +734,13 @@ class MultiIndex(IndexBase):
         exact substring lookups, no visit stamps), resumable over the thread's output buffers;
         without ``stats`` the kernel gets None for its statistics (its compiled form without
         them)."""
-        args = (R, *self._exact_args, check_max_results(max_results),
+        stats = bool(stats)
+        args = (R, *self._exact_args,
+                NO_RESULT_CAP if max_results is None else check_max_results(max_results),
                 ns_per_tick() if stats else 1.0)
-
-        def kernel(chunk, q_start, n_out, lims, out_d, out_i, hits, st, total_ns):
-            if not stats:
-                st = total_ns = None
-            return _mih_exact_kernel(chunk, *args, q_start, n_out, lims, out_d, out_i, st,
-                                     total_ns)
-
-        lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, bool(stats),
-                                                        UNIQUE_CANDIDATES + 1, self.threads)
+        lims, D, I, st, reached = run_resumable_chunked(
+            _mih_exact_kernel, xq, R + 1, stats, UNIQUE_CANDIDATES + 1, self.threads, args,
+            self._exact_entries, stats_none=True)
         raise_if_reached(max_results, reached, lims)
         return (lims, D, I, st) if stats else (lims, D, I)
 

@@ -29,6 +29,7 @@ from bucketsearch.index.table import (ENTRY_BUCKET, HASH_MULTIPLIER, BucketTable
                                      find_bucket_word, find_entry, filter_word_mask)
 
 _NO_ENTRIES = np.zeros((2, 2), dtype=np.uint64)  # a direct or multi-word table has none
+N_STAT_FIELDS = len(STAT_FIELDS)
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
            "STAT_FIELDS", "HammingIndex", "IndexBase", "ProbeLimitError", "ResultLimitError",
@@ -482,6 +483,7 @@ class HammingIndex(IndexBase):
             raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
         self.max_probes = int(max_probes)
         self.flip_word, self.flip_mask = flip_masks(self.bits)
+        self._probe_count_cache: dict[int, int] = {}
         self._rebuild(np.empty((0, len(word_widths(self.bits))), np.uint64),
                       np.empty(0, np.int64))
 
@@ -503,7 +505,8 @@ class HammingIndex(IndexBase):
         self._table_entries = (table, entries,
                                (t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids),
                                (t.codes, t.slots, t.bitmap, t.table_shift, t.filter_shift,
-                                t.direct, entries, t.offsets, t.ids))
+                                t.direct, entries, t.offsets, t.ids),
+                               {})  # the kernels' compiled entries for these arguments
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
@@ -534,10 +537,10 @@ class HammingIndex(IndexBase):
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
-        cache = self.__dict__.setdefault("_probe_count_cache", {})
-        count = cache.get(max_distance)
+        count = self._probe_count_cache.get(max_distance)
         if count is None:
-            count = cache[max_distance] = sum(probe_counts(self.bits, max_distance))
+            count = self._probe_count_cache[max_distance] = sum(probe_counts(self.bits,
+                                                                             max_distance))
         return count
 
     def _run(self, xq, max_radius, k, stats, max_results=None):
@@ -558,13 +561,16 @@ class HammingIndex(IndexBase):
         """Range search of one-word codes: :func:`_range_word_kernel` (radius 0:
         :func:`_range_word0_kernel`; no per-query allocation, no statistics unless asked),
         resumable over the thread's reusable output buffers."""
-        head = (bool(stats), ns_per_tick() if stats else 1.0, check_max_results(max_results))
-        if R == 0:  # the table's arguments bound once per table (_table_entries)
-            kernel, args = _range_word0_kernel, (*head, *self._table_entries[2])
+        stats = bool(stats)
+        head = (stats, ns_per_tick() if stats else 1.0,
+                NO_RESULT_CAP if max_results is None else check_max_results(max_results))
+        bound = self._table_entries  # the table's arguments bound once per table
+        if R == 0:
+            kernel, args = _range_word0_kernel, (*head, *bound[2])
         else:
-            kernel, args = _range_word_kernel, (R, self.bits, *head, *self._table_entries[3])
-        lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, bool(stats),
-                                                        len(STAT_FIELDS), self.threads, args)
+            kernel, args = _range_word_kernel, (R, self.bits, *head, *bound[3])
+        lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, stats, N_STAT_FIELDS,
+                                                        self.threads, args, bound[4])
         if max_results is not None:
             raise_if_reached(max_results, reached, lims)
         return (lims, D, I, st) if stats else (lims, D, I)

@@ -5,9 +5,11 @@ instead of visit stamps), with their statistics, result cap, buffer growth and t
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.index import base, make_index
 from bucketsearch.index.codes import unpack_words
 from bucketsearch.index.mih import MultiIndex, substring_ranges
 from bucketsearch.index.probe import HammingIndex
@@ -99,3 +101,55 @@ def test_mih_exact_substring_plan_matches_brute_force(bits, m, n, nq, threads, d
 
 # the result cap, the buffer growth and the scratch growth: tests/test_kernels.py (they run in
 # `make coverage-kernels` too)
+
+
+@pytest.mark.parametrize("mode", ["single", "mih", "auto"])
+def test_queries_in_any_layout_and_after_rebuild_and_load(tmp_path, mode):
+    """Without statistics, C-contiguous writable queries run through the kernels' compiled
+    entries (:func:`index._jit.compiled_entry`, kept with the table's arguments); read-only
+    and strided queries through numba's dispatcher. Both answer alike, one query at a time and
+    in batches, after an add (new arguments) and from a memory-mapped snapshot (read-only
+    table arrays: other types, other entries)."""
+    rng = np.random.default_rng(3)
+    bits = 64
+    xb = rng.integers(0, 1 << 63, (3000, 1), dtype=np.uint64)
+    xb[1500:] = xb[:1500] ^ (np.uint64(1) << rng.integers(0, bits, (1500, 1)).astype(np.uint64))
+    index = make_index(bits, mode)
+    index.add(xb[:2000])
+    index.threads = 1
+    xq = np.ascontiguousarray(xb[::50])
+    read_only = xq.copy()
+    read_only.flags.writeable = False
+    strided = np.repeat(xq, 2, axis=0)[::2]
+    assert not strided.flags.c_contiguous
+
+    def check(ix, ids):
+        for R in (0, 1, 2):
+            expected = naive.range_search(xq, xb[ids], ids, bits, R)
+            for queries in (xq, read_only, strided):
+                _same(ix.range_search(queries, R), expected)
+                for q in range(0, len(xq), 7):
+                    one = ix.range_search(queries[q:q + 1], R)
+                    lo, hi = expected[0][q], expected[0][q + 1]
+                    assert (one[2] == expected[2][lo:hi]).all()
+                    assert (one[1] == expected[1][lo:hi]).all()
+
+    check(index, np.arange(2000))
+    index.add(xb[2000:], np.arange(2000, 3000))
+    check(index, np.arange(3000))
+    index.save(tmp_path / "ix")
+    check(type(index).load(tmp_path / "ix", mmap=True), np.arange(3000))
+
+
+def test_mih_exact_scratch_too_small_is_grown():
+    """The exact-substring kernel's run bounds live in the thread's ``hits`` scratch: when it
+    is shorter than ``2 * (R + 2)`` the kernel asks for more and the search resumes."""
+    rng = np.random.default_rng(4)
+    xb = rng.integers(0, 1 << 40, (500, 1), dtype=np.uint64)
+    index = MultiIndex(40, substrings=3)
+    index.add(xb)
+    index.threads = 1
+    xq = xb[::10] ^ np.uint64(1)
+    base._BUFFERS.hits = np.empty(1, dtype=np.int64)
+    _same(index.range_search(xq, 2), naive.range_search(xq, xb, np.arange(500), 40, 2))
+    assert len(base._BUFFERS.hits) >= 2 * 4
