@@ -217,15 +217,19 @@ def stats_from_chunks(rest: list[tuple]) -> SearchStats:
 
 
 def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
-    """CSR results (at most k per query, already ordered) -> (nq, k) arrays padded with -1."""
+    """CSR results (at most k per query, already ordered) -> (nq, k) arrays padded with -1.
+
+    When every query has k results (a k-NN search of an index holding k items or more, the
+    common case) the arrays are ``D`` and ``I`` themselves, reshaped (no copy: ~0.3 us instead
+    of ~6 us for one query)."""
     nq = len(lims) - 1
+    if len(I) == nq * k:
+        return D.reshape(nq, k), I.reshape(nq, k)
     out_d = np.full((nq, k), -1, dtype=np.int32)
     out_i = np.full((nq, k), -1, dtype=np.int64)
-    counts = np.diff(lims)
-    rows = np.repeat(np.arange(nq), counts)
-    cols = np.arange(len(I)) - np.repeat(lims[:-1], counts)
-    out_d[rows, cols] = D
-    out_i[rows, cols] = I
+    filled = np.arange(k) < np.diff(lims)[:, None]  # row-major, as the CSR order
+    out_d[filled] = D
+    out_i[filled] = I
     return out_d, out_i
 
 
@@ -258,11 +262,14 @@ def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
         # the first chunk runs on the calling thread, the others on the shared pool
         futures = [_chunk_pool().submit(kernel, chunk) for chunk in chunks[1:]]
         parts = [kernel(chunks[0])] + [f.result() for f in futures]
-    counts = np.concatenate([p[0] for p in parts])
     lims = np.zeros(nq + 1, dtype=np.int64)
-    np.cumsum(counts, out=lims[1:])
-    D = np.concatenate([p[1] for p in parts])
-    I = np.concatenate([p[2] for p in parts])
+    if len(parts) == 1:  # (three concatenations of one part: ~2 us of a one-query search)
+        counts, D, I = parts[0][:3]
+    else:
+        counts = np.concatenate([p[0] for p in parts])
+        D = np.concatenate([p[1] for p in parts])
+        I = np.concatenate([p[2] for p in parts])
+    np.add.accumulate(counts, out=lims[1:])  # (np.cumsum: ~1 us more a call)
     return lims, D, I, [p[3:] for p in parts]
 
 

@@ -12,6 +12,8 @@
 * :func:`record_radius`: one per-radius statistics row (probes, non-empty and empty buckets,
   items) of a query; :func:`chunk_outputs` / :func:`chunk_result`: what every search kernel
   allocates and returns for a chunk of queries.
+* :func:`rows_done`: per row of k-NN ids, whether it holds k ids that are not padding nor in a
+  sorted ``drop`` list (the tombstones), or is padded.
 * :func:`merge_rows`: per query, two result lists sorted by (distance, id) merged into one, ids
   of a sorted ``drop`` list removed from the first, at most ``k`` kept: the live layer's merge of
   the main table, the delta segment and the tombstones, without sorting again.
@@ -139,6 +141,22 @@ def _dropped(x, drop):
         else:
             hi = mid
     return lo < len(drop) and drop[lo] == x
+
+
+@njit
+def rows_done(I, drop, k, all_seen):
+    """Per row of k-NN ids ``I`` ``(nq, kk)``: whether it settles the query, i.e. it holds k
+    live ids (>= 0 and not in the sorted array ``drop``, the tombstones), or it is padded (every
+    item within the radius returned), or ``all_seen`` (kk covers the whole index). ``np.isin``
+    and the masks cost ~20 us a one-query call."""
+    out = np.empty(I.shape[0], dtype=np.bool_)
+    for q in range(I.shape[0]):
+        live = 0
+        for t in range(I.shape[1]):
+            if I[q, t] >= 0 and not _dropped(I[q, t], drop):
+                live += 1
+        out[q] = all_seen or live >= k or (I.shape[1] > 0 and I[q, I.shape[1] - 1] < 0)
+    return out
 
 
 @njit

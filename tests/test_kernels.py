@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.index.base import ResultLimitError
+from bucketsearch.index.base import ResultLimitError, csr_to_knn
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting_sort, grow,
-                                        hamming, merge_rows, record_radius, sort_run)
+                                        hamming, merge_rows, record_radius, rows_done,
+                                        sort_run)
 from bucketsearch.index.mih import MultiIndex, _sort_pairs
 from bucketsearch.index.probe import HammingIndex, _lookup_words
 from bucketsearch.index.scan import LinearScan
@@ -392,3 +393,39 @@ def test_linear_scan_in_any_storage_order_matches_brute_force(bits, n, R, k, sta
     D, I = index.search(xq, k)[:2]
     eD, eI = naive.knn(xq, xb, ids, bits, k)
     assert (D == eD).all() and (I == eI).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 6), min_size=0, max_size=12), k=st.integers(1, 6),
+       full=st.booleans())
+def test_csr_to_knn_matches_a_padded_copy(counts, k, full):
+    """Rows of at most k results padded with -1; when every row is full the result reshapes
+    the CSR arrays (no copy), otherwise a padded copy."""
+    counts = [k] * len(counts) if full else [min(c, k) for c in counts]
+    lims = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    D = np.arange(lims[-1], dtype=np.int32)
+    I = np.arange(lims[-1], dtype=np.int64) * 3 + 1
+    out_d, out_i = csr_to_knn(lims, D, I, k)
+    assert out_d.shape == out_i.shape == (len(counts), k)
+    assert out_d.dtype == np.int32 and out_i.dtype == np.int64
+    for q, c in enumerate(counts):
+        assert (out_d[q, :c] == D[lims[q]:lims[q + 1]]).all() and (out_d[q, c:] == -1).all()
+        assert (out_i[q, :c] == I[lims[q]:lims[q + 1]]).all() and (out_i[q, c:] == -1).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(-1, 30), min_size=0, max_size=6), min_size=0,
+                     max_size=8), width=st.integers(0, 6), k=st.integers(1, 6),
+       drop=st.lists(st.integers(0, 30), max_size=10), all_seen=st.booleans())
+def test_rows_done_matches_isin(rows, width, k, drop, all_seen):
+    """A k-NN row settles its query when it holds k live ids (not -1, not tombstoned), ends
+    in padding, or the search covered every item."""
+    I = np.full((len(rows), width), -1, dtype=np.int64)
+    for q, row in enumerate(rows):
+        row = row[:width]
+        I[q, :len(row)] = row
+    drop = np.unique(np.array(drop, dtype=np.int64))
+    live = ((I >= 0) & ~np.isin(I, drop)).sum(axis=1)
+    padded = I[:, -1] < 0 if width else np.zeros(len(rows), dtype=bool)
+    expected = (live >= k) | padded | all_seen
+    assert (rows_done(I, drop, k, all_seen) == expected).all()

@@ -217,6 +217,11 @@ def test_top_k_within_radius_over_main_delta_and_tombstones(tmp_path, mode):
             assert (st_.candidates is not None) == (mode == "mih") or mode == "auto"
             assert (st_.plan is not None) == (mode == "auto")
             assert len(st_.radii) == len(xq) and (st_.radii <= R + 1).all()
+            if k in (1, 5) and R in (2, bits):  # one query at a time (its own path)
+                for q in range(len(xq)):
+                    D1, I1, st1 = live.search(xq[q:q + 1], k, max_distance=R, stats=True)
+                    assert np.array_equal(D1[0], nD[q]) and np.array_equal(I1[0], nI[q])
+                    assert len(st1.radii) == 1
     lims, D, I, st_ = live.range_search(xq, 3, stats=True)
     assert (st_.candidates is not None) == (mode == "mih") or mode == "auto"
     assert (st_.plan is not None) == (mode == "auto") and st_.delta_items > 0
@@ -224,4 +229,13 @@ def test_top_k_within_radius_over_main_delta_and_tombstones(tmp_path, mode):
         live.search(xq, 3, max_distance=33)
     with pytest.raises(ValueError, match="k must be an int >= 1, got 0"):
         live.search(xq, 0)
+    live.merge()  # no delta, no tombstones: the main index answers alone (k <= its items)
+    for k in (1, 5, len(ids), len(ids) + 1):
+        for R in (2, bits):
+            D, I, st_ = live.search(xq, k, max_distance=R, stats=True)
+            nD, nI = naive.knn_within(xq, words, ids, bits, k, R)
+            assert np.array_equal(D, nD) and np.array_equal(I, nI), (k, R)
+            assert (st_.plan is not None) == (mode == "auto") and st_.delta_items == 0
+            D1, I1, _ = live.search(xq[3:4], k, max_distance=R)
+            assert np.array_equal(D1[0], nD[3]) and np.array_equal(I1[0], nI[3])
     live.close()
