@@ -11,7 +11,9 @@ and radius 0..3, single thread (``threads = 1``, ``faiss.omp_set_num_threads(1)`
   radius 0 a minimal Numba open-addressing probe written here (the floor: a hash table of the
   distinct codes, linear probing, CSR buckets; nothing else);
 * **single call**: p50 wall time of ``range_search`` of one query (``--single`` calls per mode,
-  in process, interleaved rounds), beside the target ``3 x batch per query + 2 us``.
+  in process, interleaved rounds), beside the target ``3 x batch per query + 2 us``, and as a
+  reference the same call to FAISS ``IndexBinaryHash`` (r = 0) / ``MultiHash 2x32`` (r = 1);
+  per data set, the p50 of a one-query ``search(q, 1)`` (k-NN) of each mode.
 
 Every result set is checked: our modes identical to each other (``lims, D, I``), FAISS and the
 floor the same sets of ids per query. Queries: database codes with ``i mod 4`` random bits
@@ -278,11 +280,23 @@ def bench_dataset(name, xb, args, old_make):
                      for mode, ix in old.items()})
         if r == 0:
             sfns["floor"] = lambda q: floor.search(q[:, 0])
+        if r <= 1:  # the fastest FAISS index for one query, as a reference (not a target)
+            nh_f = "faiss_hash" if r == 0 else "faiss_mh_2x32"
+            sfns[nh_f] = lambda q, f=fx[nh_f]: f.range_search(to_packed(q, bits), r + 1)
         p50 = single_call_p50(sfns, sq, rounds=args.single_rounds)
         cell.update({f"p50 {k}": v for k, v in p50.items()})
         cell["plan auto"] = ours["auto"].last_plan["mode"] if ours["auto"].last_plan else None
         out["cells"][r] = cell
         report_cell(name, r, cell, args)
+    # one-query k-NN (k = 1): the nearest item, whatever its distance
+    kfns = {mode: (lambda q, ix=ix: ix.search(q, 1)) for mode, ix in ours.items()}
+    kfns.update({"old " + mode: (lambda q, ix=ix: ix.search(q, 1)) for mode, ix in old.items()})
+    sq = xq[:args.single]
+    for mode, ix in ours.items():
+        assert np.array_equal(ix.search(sq, 1)[1], ours["single"].search(sq, 1)[1])
+    out["knn1_p50"] = single_call_p50(kfns, sq, rounds=args.single_rounds)
+    print(f"\n{name}: one-query search(k=1) p50 (us): " + "  ".join(
+        f"{k}={v / 1000:.2f}" for k, v in out["knn1_p50"].items()), flush=True)
     return out
 
 
