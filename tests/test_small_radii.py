@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bucketsearch.index import base, make_index
 from bucketsearch.index.codes import unpack_words
-from bucketsearch.index.mih import MultiIndex, substring_ranges
+from bucketsearch.index.mih import CLOCK_GROUP, MultiIndex, substring_ranges
 from bucketsearch.index.probe import HammingIndex
 from tests import naive
 
@@ -142,8 +142,9 @@ def test_queries_in_any_layout_and_after_rebuild_and_load(tmp_path, mode):
 
 
 def test_mih_exact_scratch_too_small_is_grown():
-    """The exact-substring kernel's run bounds live in the thread's ``hits`` scratch: when it
-    is shorter than ``2 * (R + 2)`` the kernel asks for more and the search resumes."""
+    """The exact-substring kernel's run bounds and its block's lookups (``2 * (R + 2) + 2 *
+    (R + 1) * CLOCK_GROUP`` entries) live in the thread's ``hits`` scratch: when it is shorter
+    the kernel asks for more and the search resumes."""
     rng = np.random.default_rng(4)
     xb = rng.integers(0, 1 << 40, (500, 1), dtype=np.uint64)
     index = MultiIndex(40, substrings=3)
@@ -152,4 +153,4 @@ def test_mih_exact_scratch_too_small_is_grown():
     xq = xb[::10] ^ np.uint64(1)
     base._BUFFERS.hits = np.empty(1, dtype=np.int64)
     _same(index.range_search(xq, 2), naive.range_search(xq, xb, np.arange(500), 40, 2))
-    assert len(base._BUFFERS.hits) >= 2 * 4
+    assert len(base._BUFFERS.hits) >= 2 * 4 + 2 * 3 * CLOCK_GROUP
