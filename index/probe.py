@@ -540,8 +540,8 @@ class HammingIndex(IndexBase):
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
         count = self._probe_count_cache.get(max_distance)
         if count is None:
-            count = self._probe_count_cache[max_distance] = sum(probe_counts(self.bits,
-                                                                             max_distance))
+            count = sum(probe_counts(self.bits, max_distance))
+            self._probe_count_cache[max_distance] = count
         return count
 
     def _run(self, xq, max_radius, k, stats, max_results=None):
@@ -549,8 +549,9 @@ class HammingIndex(IndexBase):
             return self._run_range_word(xq, max_radius, stats, max_results)
         per_radius = self._per_radius.get(max_radius)
         if per_radius is None:  # (65 exact binomials: ~8 us of a one-query k-NN search)
-            per_radius = self._per_radius[max_radius] = np.array(
-                [min(c, PROBE_CAP) for c in probe_counts(self.bits, max_radius)], dtype=np.int64)
+            per_radius = np.array([min(c, PROBE_CAP) for c in probe_counts(self.bits, max_radius)],
+                                  dtype=np.int64)
+            self._per_radius[max_radius] = per_radius
         stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.flip_word, self.flip_mask, per_radius, max_radius, k,
                 self.max_probes, stats, check_max_results(max_results), stop,
