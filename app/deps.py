@@ -89,7 +89,11 @@ def declared_permission(route) -> str | None:
 
 
 async def get_entry(name: IndexName, request: Request) -> Entry:
-    return registry_of(request).get(name)
+    """The index named in the path, also kept as ``request.state.entry`` (the error handlers
+    tell a write cut short by a concurrent DELETE from a storage fault: app/errors.py)."""
+    entry = registry_of(request).get(name)
+    request.state.entry = entry
+    return entry
 
 
 WriteAuth = Depends(require_write)

@@ -59,12 +59,30 @@ def validation_errors(errors) -> tuple[str, list[dict]]:
     for err in errors:
         loc = [p if isinstance(p, (int, str)) else str(p) for p in err.get("loc", ())]
         msg = str(err.get("msg", "invalid value"))
+        if err.get("type") == "json_invalid" and len(loc) == 2 and isinstance(loc[1], int):
+            # FastAPI's own JSON parse: loc is ("body", character offset), not a field
+            reason = (err.get("ctx") or {}).get("error")
+            msg = f"{msg} at character {loc[1]}" + (f" ({reason})" if reason else "") + \
+                "; the body must be a JSON object"
+            loc = loc[:1]
         items.append({"loc": loc, "msg": msg, "type": str(err.get("type", "value_error"))})
         text = f"{field_name(loc)}: {msg}"
         if "input" in err and err.get("type") not in ("missing", "json_invalid"):
             text += f" (got {_short_repr(err['input'])})"
         messages.append(text)
     return "; ".join(messages) or "invalid request", items
+
+
+def deleted_meanwhile(request: Request) -> JSONResponse | None:
+    """404 when the index the request works on (``request.state.entry``, set by
+    app.deps.get_entry) was deleted while the request ran: its folder was renamed away under
+    it (app.registry.Registry.delete), which is no storage fault (503) and no conflict to
+    retry (409). None otherwise."""
+    entry = getattr(request.state, "entry", None)
+    if entry is None or entry.folder.exists():
+        return None
+    return _json(404, f"index {entry.name!r} was deleted while this request ran; nothing was "
+                      "acknowledged")
 
 
 def install(app: FastAPI) -> None:
@@ -99,7 +117,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(AppendFailed)
     @app.exception_handler(LogFailed)
     async def log_refused(request: Request, exc: OSError):
-        return _json(503, exc.strerror or str(exc), headers={"Retry-After": "5"})
+        return deleted_meanwhile(request) or \
+            _json(503, exc.strerror or str(exc), headers={"Retry-After": "5"})
 
     @app.exception_handler(IndexNotFound)
     @app.exception_handler(SnapshotNotFound)
@@ -108,12 +127,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(PermissionError)
     async def read_only(request: Request, exc: PermissionError):
-        return _json(409, str(exc))
+        return deleted_meanwhile(request) or _json(409, str(exc))
 
     @app.exception_handler(OSError)
     async def storage_failed(request: Request, exc: OSError):
         # PermissionError (read-only worker) is handled above; anything else is the disk
-        return _json(503, f"storage error, nothing was acknowledged: {exc.strerror or exc}")
+        return deleted_meanwhile(request) or \
+            _json(503, f"storage error, nothing was acknowledged: {exc.strerror or exc}")
 
     @app.exception_handler(ValueError)
     async def bad_value(request: Request, exc: ValueError):

@@ -87,7 +87,23 @@ def relevance_of(body, nq: int, db_ids: np.ndarray):
         raise ValueError(f"query_labels: {len(body.query_labels)} labels for {nq} queries")
     if len(body.db_labels) != len(db_ids):
         raise ValueError(f"db_labels: {len(body.db_labels)} labels for {len(db_ids)} db_ids")
-    return rel.from_labels(np.asarray(body.query_labels), np.asarray(body.db_labels))
+    return rel.from_labels(labels_array(body.query_labels, "query_labels"),
+                           labels_array(body.db_labels, "db_labels"))
+
+
+def labels_array(labels: list, field: str) -> np.ndarray:
+    """``labels`` (class ids, or multi-hot rows) as an int64 array; multi-hot rows must all
+    have the same number of columns, at least one (ValueError naming the row otherwise)."""
+    if labels and isinstance(labels[0], list):
+        width = len(labels[0])
+        for row, values in enumerate(labels):
+            if not values:
+                raise ValueError(f"{field}[{row}]: a multi-hot row needs at least one column "
+                                 "(one 0/1 per label), got []")
+            if len(values) != width:
+                raise ValueError(f"{field}[{row}]: {len(values)} columns, but {field}[0] has "
+                                 f"{width} (every multi-hot row has one 0/1 per label)")
+    return np.asarray(labels, dtype=np.int64)
 
 
 def measure_cost(entry, main, xq: np.ndarray, radius_max: int, measure_queries: int,

@@ -635,7 +635,10 @@ class LiveIndex:
         return self._wal.failed if self._wal is not None else None
 
     def _log(self, op: Op) -> None:
-        """Append ``op`` durably, then publish the state that includes it (write lock held)."""
+        """Append ``op`` durably, then publish the state that includes it (write lock held).
+        A write that waited for the lock while the index was closed (a DELETE or shutdown) is
+        refused here, never appended to a log that is closed or being removed."""
+        self._check_writable()
         self._wal.append(op)  # AppendFailed / LogFailed: nothing changed, nothing acknowledged
         self._publish_position()
         if self._merging:
@@ -720,7 +723,8 @@ class LiveIndex:
                 or not self.needs_merge() or time.monotonic() < self._merge_not_before:
             return
         with self._write_lock:
-            if self._merge_thread is not None and self._merge_thread.is_alive():
+            if self._closed or (self._merge_thread is not None
+                                and self._merge_thread.is_alive()):
                 return
             self._merge_thread = threading.Thread(target=self._merge_until_small, daemon=True,
                                                   name=f"merge-{self.directory.name}")
@@ -768,6 +772,7 @@ class LiveIndex:
                 frozen = self.state
                 if not force and not len(frozen.delta_ids) and not len(frozen.tombstones):
                     return False
+                self._check_writable()  # closed while this merge waited for the lock
                 through = self._wal.rotate()
                 self._merging = True
                 self._during_merge = []
@@ -907,10 +912,13 @@ class LiveIndex:
             thread.join(timeout)
 
     def close(self) -> None:
+        """Refuse writes from now on, let a running merge finish, then close the log under the
+        write lock: a write is either appended before this or refused (``PermissionError``)."""
         self._closed = True
         self.wait_for_merge()
-        if self._wal is not None:
-            self._wal.close()  # a fail-stopped log tries its undo once more
+        with self._write_lock:
+            if self._wal is not None:
+                self._wal.close()  # a fail-stopped log tries its undo once more
 
     # ---------------------------------------------------------------------------- reading
     @property
