@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:  # one line, exit 2
         print(f"bucketsearch {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

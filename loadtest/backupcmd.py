@@ -41,6 +41,13 @@ def _backup_arguments(parser) -> None:
 
 
 def _backup(args) -> int:
+    if args.file != "-":
+        folder = os.path.dirname(os.path.abspath(args.file))
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f"file: the folder of {args.file!r} ({folder}) does not "
+                                    "exist")
+        if os.path.isdir(args.file):
+            raise IsADirectoryError(f"file: {args.file!r} is a folder; give a file name")
     with _client(args) as client:
         size = client.backup(args.index, args.file if args.file != "-" else sys.stdout.buffer)
     if args.file != "-":
@@ -55,6 +62,8 @@ def _restore_arguments(parser) -> None:
 
 
 def _restore(args) -> int:
+    if os.path.isdir(args.file):
+        raise IsADirectoryError(f"file: {args.file!r} is a folder, not a backup file")
     if not os.path.isfile(args.file):
         raise FileNotFoundError(f"file: {args.file!r} does not exist")
     with _client(args) as client:

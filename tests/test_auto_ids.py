@@ -102,3 +102,19 @@ def test_the_mark_survives_a_crash_at_every_storage_call_of_a_merge(tmp_path):
             break
     else:
         raise AssertionError("the merge kept calling storage")
+
+
+def test_ids_past_the_largest_int64_are_refused(tmp_path):
+    """Once id 2^63 - 1 is written there is no id left to give: an insert without ids (even
+    an empty one) is a ValueError naming ``ids`` and the limit, not an id outside int64."""
+    import pytest
+
+    from bucketsearch.index.storage.live import MAX_ID
+    index = LiveIndex(tmp_path, BITS, "single", **KW)
+    index.add(POOL[:1], [MAX_ID - 2])
+    assert index.add_next(POOL[1:3]) == (MAX_ID - 1, 2)
+    for n in (0, 1):
+        with pytest.raises(ValueError, match=rf"ids: .*largest ever written \({MAX_ID}\).*"
+                                             rf"largest id {MAX_ID}"):
+            index.add_next(POOL[:n])
+    index.close()

@@ -621,6 +621,14 @@ def test_backup_and_restore_commands(server, tmp_path):
     assert done.returncode == 2 and "checksum" in done.stderr
     done = run("backup", "nope", str(tmp_path / "x"))
     assert done.returncode == 2 and "not found" in done.stderr and not (tmp_path / "x").exists()
+    # the file's folder missing, or a folder given: named before any request, one line
+    done = run("backup", "cmd", str(tmp_path / "no" / "x.bs"))
+    assert done.returncode == 2 and "folder of" in done.stderr and "does not exist" in \
+        done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = run("backup", "cmd", str(tmp_path))
+    assert done.returncode == 2 and "is a folder" in done.stderr, done.stderr
+    done = run("restore", "cmd3", str(tmp_path))
+    assert done.returncode == 2 and "is a folder, not a backup file" in done.stderr, done.stderr
 
 
 # ------------------------------------------------------------ the blocking Client's connections

@@ -673,10 +673,13 @@ class LiveIndex:
         words = np.ascontiguousarray(as_words(codes, self.bits))
         with self._write_lock:
             first = self.state.next_id
+            if first + max(len(words), 1) - 1 > MAX_ID:
+                raise ValueError(
+                    f"ids: the index gives ids after the largest ever written ({first - 1}); "
+                    f"{len(words)} more would pass the largest id {MAX_ID}: insert with ids "
+                    "instead")
             if len(words) == 0:
                 return first, 0
-            if first + len(words) - 1 > MAX_ID:
-                raise ValueError(f"ids: {len(words)} new ids from {first} overflow int64")
             self._log(Op("add", np.arange(first, first + len(words), dtype=np.int64), words))
         self._maybe_merge()
         return first, len(words)
