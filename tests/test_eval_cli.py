@@ -117,10 +117,13 @@ def test_pm1_codes_graded_multihot_and_plot(files):
     ({"--db-codes": "missing"}, "no such file"),
     ({"--radius-max": "13"}, "--radius-max must be in [0, 12]"),
     ({"--k": "10,x"}, "--k must be comma-separated"),
+    ({"--json": "no_folder"}, "--json: the folder of"),
+    ({"--plot": "a_folder"}, "is a folder; give a file name"),
 ])
 def test_bad_input_one_clear_line(files, capsys, over, message):
-    over = {k: files.get(v, v if v != "missing" else str(files["dir"] / "nope.npy"))
-            for k, v in over.items()}
+    special = {"missing": str(files["dir"] / "nope.npy"),
+               "no_folder": str(files["dir"] / "nope" / "out.json"), "a_folder": str(files["dir"])}
+    over = {k: files.get(v, special.get(v, v)) for k, v in over.items()}
     rc = main(_args(files, **over))
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0

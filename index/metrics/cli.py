@@ -449,10 +449,30 @@ def _check_research_flags(args) -> None:
                              f"got {value}")
 
 
+#: the flags that name a file to write (their folders are checked before any work)
+OUTPUT_FLAGS = ("json", "plot", "frontier", "latex", "trec_run", "trec_qrels")
+
+
+def _check_outputs(args) -> None:
+    """Every output file's folder exists, and the file is not a folder: checked before the
+    evaluation, not after minutes of it."""
+    for flag in OUTPUT_FLAGS:
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        name = "--" + flag.replace("_", "-")
+        folder = Path(path).expanduser().absolute().parent
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{name}: the folder of {path!r} ({folder}) does not exist")
+        if Path(path).is_dir():
+            raise IsADirectoryError(f"{name}: {path!r} is a folder; give a file name")
+
+
 def run(args) -> int:
     from bucketsearch.index.evaluation import presets
 
     _check_research_flags(args)
+    _check_outputs(args)
     conv, notes = _conventions(args)
     if args.preset:
         print(presets.describe(args.preset))
