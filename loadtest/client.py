@@ -271,8 +271,19 @@ class Call:
 
 
 # ---------------------------------------------------------------------------------- requests
+def path_segment(value, field_name: str) -> str:
+    """``value`` as one URL path segment, percent-encoded; ``''``, ``'.'`` and ``'..'`` are
+    refused (ValueError naming the field): an HTTP library resolves dot segments away, so
+    ``snapshots/..`` would address the index itself (a DELETE would delete it)."""
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise ValueError(f"{field_name}: {text!r} is not a name (a path segment that URL "
+                         "normalization would remove)")
+    return quote(text, safe="")
+
+
 def index_path(name: str, *rest: str) -> str:
-    return "/".join(["/v1/indexes", quote(str(name), safe=""), *rest])
+    return "/".join(["/v1/indexes", path_segment(name, "name"), *rest])
 
 
 def checked_words(codes, bits: int, field_name: str) -> np.ndarray:
@@ -647,13 +658,14 @@ class _Base:
         return resp.json()
 
     def _g_download_snapshot(self, name, snapshot, dest):
-        resp = yield Call("GET", index_path(name, "snapshots", quote(str(snapshot), safe="")),
+        resp = yield Call("GET", index_path(name, "snapshots", path_segment(snapshot,
+                                                                           "snapshot")),
                           idempotent=True)
         write_sink(dest, resp.content)
         return len(resp.content)
 
     def _g_delete_snapshot(self, name, snapshot):
-        yield Call("DELETE", index_path(name, "snapshots", quote(str(snapshot), safe="")),
+        yield Call("DELETE", index_path(name, "snapshots", path_segment(snapshot, "snapshot")),
                    idempotent=False)
 
     # -- the public API (returns awaitables on AsyncClient) --------------------------------

@@ -852,3 +852,28 @@ def test_https_with_a_ca_file_and_without(tmp_path):
             Client(url, verify=3)
     finally:
         httpd.shutdown()
+
+
+def test_dot_segments_are_refused_before_any_request():
+    """An index or snapshot named '', '.' or '..' would be resolved away by URL normalization
+    (``snapshots/..`` is the index itself: a DELETE would delete it), so the Client refuses it
+    with a ValueError naming the field before sending anything (no server listens here)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens
+    with Client(f"http://127.0.0.1:{port}") as c:
+        with pytest.raises(ValueError, match=r"snapshot: '\.\.' is not a name"):
+            c.delete_snapshot("a", "..")
+        with pytest.raises(ValueError, match=r"snapshot: '\.' is not a name"):
+            c.download_snapshot("a", ".", io.BytesIO())
+        with pytest.raises(ValueError, match=r"name: '\.\.' is not a name"):
+            c.delete_index("..")
+        with pytest.raises(ValueError, match=r"name: '' is not a name"):
+            c.snapshots("")
+
+    async def run_async():
+        async with AsyncClient(f"http://127.0.0.1:{port}") as ac:
+            with pytest.raises(ValueError, match=r"snapshot: '\.\.' is not a name"):
+                await ac.delete_snapshot("a", "..")
+
+    asyncio.run(run_async())
