@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
-from bucketsearch.index.base import (STAT_FIELDS, IndexBase, check_max_results, raise_if_over,
-                                     run_chunked, stats_from_chunks)
+from bucketsearch.index.base import (NO_RESULT_CAP, STAT_FIELDS, IndexBase, check_max_results,
+                                     raise_if_over, raise_if_reached, run_chunked,
+                                     run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, chunk_outputs, chunk_result, counting_sort, grow,
                                         hamming)
@@ -156,6 +157,50 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, s
                         reached)
 
 
+@njit
+def _scan_word_kernel(xq, flat, ids, R, with_stats, max_results, q_start, n_out, lims, out_d,
+                      out_i, hits, stats, total_ns):
+    """Range search of one-word codes over the resumable output buffers
+    (:func:`index.base.run_resumable`): per query, :func:`_collect_word` keeps the positions
+    within ``R`` in ``hits`` (their distances in a scratch of the same length), the positions
+    become ids, and :func:`index.kernels.counting_sort` emits them by (distance, id) (items are
+    stored by id, so no distance needs a sort). Returns ``(q_end, n_out, reached, need)``:
+    ``need`` when ``hits`` is too short for a query's hits, a stop when the output buffers are
+    full, ``reached`` (a lower bound) once the results pass ``max_results``. Statistics:
+    ``items`` per distance and ``total_ns``; a scan probes no bucket."""
+    nq = xq.shape[0]
+    sel_d = np.empty(len(hits), dtype=np.int32)
+    hist = np.zeros(R + 2, dtype=np.int64)
+    fill = np.zeros(R + 2, dtype=np.int64)
+    for qi in range(q_start, nq):
+        t0 = monotonic_ns() if with_stats else 0
+        limit = max_results - n_out
+        kept = _collect_word(xq[qi, 0], flat, R, hits, sel_d, limit)
+        if kept > limit:
+            return qi, n_out, n_out + kept, 0
+        if kept > len(hits):
+            return qi, n_out, -1, kept
+        if n_out + kept > len(out_i):
+            return qi, n_out, -1, 0
+        hist[:R + 1] = 0
+        for t in range(kept):
+            hist[sel_d[t]] += 1
+        for t in range(kept):  # positions to ids first (see _scan_kernel)
+            hits[t] = ids[hits[t]]
+        n_out += counting_sort(sel_d, hits, kept, None, hist, 0, R, fill, out_d, out_i, n_out,
+                               True)
+        lims[qi + 1] = n_out
+        if with_stats:
+            stats[ITEMS, qi, :R + 1] = hist[:R + 1]
+            total_ns[qi] = monotonic_ns() - t0
+    return nq, n_out, -1, 0
+
+
+#: the compiled entries of :func:`_scan_word_kernel`, by the types of a scan's arrays (their
+#: layout and writeability: every scan of one kind shares them, e.g. each new delta segment)
+_ENTRIES: dict[tuple, dict] = {}
+
+
 class LinearScan(IndexBase):
     """Exhaustive popcount search with the API of :class:`index.probe.HammingIndex`.
 
@@ -173,8 +218,17 @@ class LinearScan(IndexBase):
     def _rebuild(self, words, ids):
         """Items stored by id, so a pass meets each distance's hits in id order."""
         order = np.argsort(ids, kind="stable")
-        self.words = np.asarray(words, dtype=np.uint64)[order]
-        self.ids = np.asarray(ids, dtype=np.int64)[order]
+        self._set_items(np.asarray(words, dtype=np.uint64)[order],
+                        np.asarray(ids, dtype=np.int64)[order])
+
+    def _set_items(self, words: np.ndarray, ids: np.ndarray) -> None:
+        """The items (stored by id) and what the one-word range kernel reads of them."""
+        self.words, self.ids = words, ids
+        self._flat = words.reshape(-1) if words.shape[1] == 1 else None
+        if self._flat is not None:
+            key = tuple(bool(getattr(a.flags, f)) for a in (self._flat, ids)
+                        for f in ("writeable", "c_contiguous"))
+            self._entries = _ENTRIES.setdefault(key, {})
 
     def snapshot(self) -> tuple[dict, dict]:
         return {}, {"words": self.words, "ids": self.ids}
@@ -188,7 +242,7 @@ class LinearScan(IndexBase):
         if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
             index._rebuild(words, ids)
         else:
-            index.words, index.ids = words, ids
+            index._set_items(words, ids)
         return index
 
     @property
@@ -203,6 +257,8 @@ class LinearScan(IndexBase):
         return 0
 
     def _run(self, xq, max_radius, k, stats, max_results=None):
+        if k < 0 and self._flat is not None:
+            return self._run_range_word(xq, max_radius, stats, max_results)
         stop = np.zeros(1, dtype=np.int64)
         cap = check_max_results(max_results)
         lims, D, I, rest = run_chunked(
@@ -210,3 +266,15 @@ class LinearScan(IndexBase):
                                        stats, cap, stop), xq, self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
+
+    def _run_range_word(self, xq, R, stats, max_results):
+        """Range search of one-word codes: :func:`_scan_word_kernel`, resumable over the
+        thread's output buffers (no per-query allocation, no statistics unless asked)."""
+        stats = bool(stats)
+        args = (self._flat, self.ids, R, stats,
+                NO_RESULT_CAP if max_results is None else check_max_results(max_results))
+        lims, D, I, st, reached = run_resumable_chunked(_scan_word_kernel, xq, R + 1, stats,
+                                                        len(STAT_FIELDS), self.threads, args,
+                                                        self._entries)
+        raise_if_reached(max_results, reached, lims)
+        return (lims, D, I, st) if stats else (lims, D, I)

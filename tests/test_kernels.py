@@ -281,15 +281,16 @@ def _same(got, expected):
     assert (lims == el).all() and (D == eD).all() and (I == eI).all()
 
 
-@pytest.mark.parametrize("cls", [HammingIndex, MultiIndex])
+@pytest.mark.parametrize("cls", [HammingIndex, MultiIndex, LinearScan])
 @pytest.mark.parametrize("R", [0, 1])
 def test_small_radius_kernels_result_cap_and_buffer_growth(cls, R):
-    """Results past the per-thread buffer (4096) resume after growing it; the cap raises."""
+    """Results past the per-thread buffer (4096) resume after growing it (the scan's hits
+    scratch too: 5,000 hits of one query); the cap raises."""
     bits = 20
     xb = np.full((5000, 1), 12345, dtype=np.uint64)
     xb[::2] ^= np.uint64(1)
     ids = np.arange(5000, dtype=np.int64)
-    index = cls(bits) if cls is HammingIndex else cls(bits, substrings=4)
+    index = cls(bits, substrings=4) if cls is MultiIndex else cls(bits)
     index.add(xb, ids)
     index.threads = 1
     xq = np.array([[12345], [999], [12344]], dtype=np.uint64)
@@ -325,7 +326,7 @@ def test_small_radius_statistics_with_the_cap_and_threads():
     xb = rng.integers(0, 1 << bits, (400, 1), dtype=np.uint64)
     ids = np.arange(400, dtype=np.int64)
     xq = np.concatenate([xb[:40], rng.integers(0, 1 << bits, (10, 1), dtype=np.uint64)])
-    for index in (HammingIndex(bits), MultiIndex(bits, substrings=3)):
+    for index in (HammingIndex(bits), MultiIndex(bits, substrings=3), LinearScan(bits)):
         index.add(xb, ids)
         index.threads = 2
         for R in (0, 2):

@@ -103,7 +103,7 @@ def test_mih_exact_substring_plan_matches_brute_force(bits, m, n, nq, threads, d
 # `make coverage-kernels` too)
 
 
-@pytest.mark.parametrize("mode", ["single", "mih", "auto"])
+@pytest.mark.parametrize("mode", ["single", "mih", "auto", "scan"])
 def test_queries_in_any_layout_and_after_rebuild_and_load(tmp_path, mode):
     """Without statistics, C-contiguous writable queries run through the kernels' compiled
     entries (:func:`index._jit.compiled_entry`, kept with the table's arguments); read-only
