@@ -51,7 +51,9 @@ def test_malformed_json_body_names_the_body(bucketsearch_server_factory):
 def test_writes_racing_a_delete_answer_404_not_a_storage_error(bucketsearch_server_factory):
     """Writes (snapshot, merge, insert, upsert, mode change) on an index that a concurrent
     DELETE removes answer 404 (the index is gone) or 409, never 503 "storage error": nothing
-    is wrong with the disk, and a client retrying the 503 would only find the index gone."""
+    is wrong with the disk, and a client retrying the 503 would only find the index gone. And
+    a deleted index stays deleted: a mode change that was still writing its snapshot once
+    recreated the folder the DELETE had renamed away (an index back after a restart)."""
     server = bucketsearch_server_factory()
     rng = np.random.default_rng(0)
     words = rng.integers(0, 2**63, size=(2_000, 1), dtype=np.int64).astype(np.uint64)
@@ -87,6 +89,8 @@ def test_writes_racing_a_delete_answer_404_not_a_storage_error(bucketsearch_serv
                 t.join()
             if client.get("/v1/indexes/race").status_code == 200:  # the DELETE lost the race
                 assert client.delete("/v1/indexes/race").status_code == 204
+            left = [p.name for p in server.data_dir.rglob("race.*") if p.is_dir()]
+            assert not left, f"round {round_}: the deleted index's folder is back: {left}"
     bad = [s for s in seen if s[1] >= 500]
     assert not bad, bad
     assert {status for _, status, _ in seen} <= {200, 201, 204, 404, 409}, seen

@@ -915,11 +915,15 @@ class LiveIndex:
             thread.join(timeout)
 
     def close(self) -> None:
-        """Refuse writes from now on, let a running merge finish, then close the log under the
-        write lock: a write is either appended before this or refused (``PermissionError``)."""
+        """Refuse writes from now on, let a running merge or mode change finish (a background
+        merge, or one in a request's thread: both hold the merge lock), then close the log
+        under the write lock. A write is either appended before this or refused
+        (``PermissionError``), and nothing writes into the folder once this returns (a DELETE
+        renames it away next: a snapshot written after that recreated the deleted index's
+        folder)."""
         self._closed = True
         self.wait_for_merge()
-        with self._write_lock:
+        with self._merge_lock, self._write_lock:
             if self._wal is not None:
                 self._wal.close()  # a fail-stopped log tries its undo once more
 
