@@ -55,7 +55,7 @@ def main():
     new = engines["new"]
     words = new.words
     mult, shift = int(HASH_MULTIPLIER), int(new.table.table_shift)
-    entries = new._table_entries[1]
+    entries = new._bound.entries
     flush = np.zeros((args.flush_mib << 20) // 64, dtype=(np.uint8, 64))
 
     def entry_warm(q):

@@ -516,8 +516,7 @@ class IndexBase:
         """Validated ``(R, xq)`` of a range search (radius, queries, result cap, probe limit)."""
         R = self._check_radius(max_distance, self.bits)
         xq = self._check_queries(queries)
-        if max_results is not None:
-            check_max_results(max_results)
+        check_max_results(max_results)
         self._check_probe_limit(R)
         return R, xq
 

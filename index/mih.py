@@ -57,10 +57,9 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
-from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PROBE_CAP, IndexBase,
-                                     ProbeLimitError, check_max_results, raise_if_over,
-                                     raise_if_reached, run_chunked, run_resumable_chunked,
-                                     stats_from_chunks)
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
+                                     check_max_results, raise_if_over, raise_if_reached,
+                                     run_chunked, run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
@@ -749,8 +748,7 @@ class MultiIndex(IndexBase):
         without ``stats`` the kernel gets None for its statistics (its compiled form without
         them)."""
         stats = bool(stats)
-        args = (R, *self._exact_args,
-                NO_RESULT_CAP if max_results is None else check_max_results(max_results),
+        args = (R, *self._exact_args, check_max_results(max_results),
                 ns_per_tick() if stats else 1.0)
         lims, D, I, st, reached = run_resumable_chunked(
             _mih_exact_kernel, xq, R + 1, stats, UNIQUE_CANDIDATES + 1, self.threads, args,

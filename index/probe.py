@@ -14,6 +14,8 @@ single queries, whose clock is the CPU's time-stamp counter (:func:`index._jit.c
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from bucketsearch.index._jit import clz64, ctz64, cycle_counter, monotonic_ns, njit, ns_per_tick
@@ -30,6 +32,19 @@ from bucketsearch.index.table import (ENTRY_BUCKET, HASH_MULTIPLIER, BucketTable
 
 _NO_ENTRIES = np.zeros((2, 2), dtype=np.uint64)  # a direct or multi-word table has none
 N_STAT_FIELDS = len(STAT_FIELDS)
+
+
+class _Binding(NamedTuple):
+    """A table and what its searches derive from it, in one attribute, so a search never pairs
+    a table with another's entries: its radius-0 slot ``entries``, the arguments of
+    :func:`_range_word0_kernel` and :func:`_range_word_kernel` after the head, and the
+    kernels' compiled entries for those arguments (:func:`index.base.run_resumable`)."""
+
+    table: BucketTable
+    entries: np.ndarray
+    r0_args: tuple
+    r_args: tuple
+    compiled: dict
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
            "STAT_FIELDS", "HammingIndex", "IndexBase", "ProbeLimitError", "ResultLimitError",
@@ -483,8 +498,7 @@ class HammingIndex(IndexBase):
             raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
         self.max_probes = int(max_probes)
         self.flip_word, self.flip_mask = flip_masks(self.bits)
-        self._probe_count_cache: dict[int, int] = {}
-        self._per_radius: dict[int, np.ndarray] = {}  # the kernel's C(Q, r) clipped, by R
+        self._radius_cache: dict[int, tuple] = {}  # _radius_counts by R
         self._rebuild(np.empty((0, len(word_widths(self.bits))), np.uint64),
                       np.empty(0, np.int64))
 
@@ -493,21 +507,20 @@ class HammingIndex(IndexBase):
 
     @property
     def table(self) -> BucketTable:
-        return self._table_entries[0]
+        return self._bound.table
 
     @table.setter
     def table(self, table: BucketTable) -> None:
-        """The table, and the slot entries of its radius-0 lookups when it is a hashed table
-        of one-word codes (:meth:`BucketTable.slot_entries`, derived here, not stored); one
-        attribute holds both, so a search never pairs a table with another's entries."""
+        """The table and its :class:`_Binding`: the slot entries of its radius-0 lookups when
+        it is a hashed table of one-word codes (:meth:`BucketTable.slot_entries`, derived
+        here, not stored)."""
         hashed_word = not table.direct and table.codes.shape[1] == 1
         entries = table.slot_entries() if hashed_word else _NO_ENTRIES
         t = table
-        self._table_entries = (table, entries,
-                               (t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids),
-                               (t.codes, t.slots, t.bitmap, t.table_shift, t.filter_shift,
-                                t.direct, entries, t.offsets, t.ids),
-                               {})  # the kernels' compiled entries for these arguments
+        self._bound = _Binding(
+            table, entries, (t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids),
+            (t.codes, t.slots, t.bitmap, t.table_shift, t.filter_shift, t.direct, entries,
+             t.offsets, t.ids), {})
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
@@ -533,25 +546,26 @@ class HammingIndex(IndexBase):
         return self.table.item_words()
 
     def memory_bytes(self) -> int:
-        table, entries = self._table_entries[:2]
-        return table.memory_bytes() + entries.nbytes
+        return self._bound.table.memory_bytes() + self._bound.entries.nbytes
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
-        count = self._probe_count_cache.get(max_distance)
-        if count is None:
-            count = sum(probe_counts(self.bits, max_distance))
-            self._probe_count_cache[max_distance] = count
-        return count
+        return self._radius_counts(max_distance)[0]
+
+    def _radius_counts(self, R: int) -> tuple[int, np.ndarray]:
+        """Cached ``(sum_{r<=R} C(Q, r), the C(Q, r) clipped at PROBE_CAP as the kernel's
+        int64 array)`` (R + 1 exact binomials: ~8 us of a one-query k-NN search)."""
+        hit = self._radius_cache.get(R)
+        if hit is None:
+            counts = probe_counts(self.bits, R)
+            hit = self._radius_cache[R] = (
+                sum(counts), np.array([min(c, PROBE_CAP) for c in counts], dtype=np.int64))
+        return hit
 
     def _run(self, xq, max_radius, k, stats, max_results=None):
         if k < 0 and xq.shape[1] == 1:
             return self._run_range_word(xq, max_radius, stats, max_results)
-        per_radius = self._per_radius.get(max_radius)
-        if per_radius is None:  # (65 exact binomials: ~8 us of a one-query k-NN search)
-            per_radius = np.array([min(c, PROBE_CAP) for c in probe_counts(self.bits, max_radius)],
-                                  dtype=np.int64)
-            self._per_radius[max_radius] = per_radius
+        per_radius = self._radius_counts(max_radius)[1]
         stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.flip_word, self.flip_mask, per_radius, max_radius, k,
                 self.max_probes, stats, check_max_results(max_results), stop,
@@ -566,15 +580,14 @@ class HammingIndex(IndexBase):
         :func:`_range_word0_kernel`; no per-query allocation, no statistics unless asked),
         resumable over the thread's reusable output buffers."""
         stats = bool(stats)
-        head = (stats, ns_per_tick() if stats else 1.0,
-                NO_RESULT_CAP if max_results is None else check_max_results(max_results))
-        bound = self._table_entries  # the table's arguments bound once per table
+        head = (stats, ns_per_tick() if stats else 1.0, check_max_results(max_results))
+        bound = self._bound  # the table's arguments bound once per table
         if R == 0:
-            kernel, args = _range_word0_kernel, (*head, *bound[2])
+            kernel, args = _range_word0_kernel, (*head, *bound.r0_args)
         else:
-            kernel, args = _range_word_kernel, (R, self.bits, *head, *bound[3])
+            kernel, args = _range_word_kernel, (R, self.bits, *head, *bound.r_args)
         lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, stats, N_STAT_FIELDS,
-                                                        self.threads, args, bound[4])
+                                                        self.threads, args, bound.compiled)
         if max_results is not None:
             raise_if_reached(max_results, reached, lims)
         return (lims, D, I, st) if stats else (lims, D, I)

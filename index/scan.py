@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
-from bucketsearch.index.base import (NO_RESULT_CAP, STAT_FIELDS, IndexBase, check_max_results,
-                                     raise_if_over, raise_if_reached, run_chunked,
-                                     run_resumable_chunked, stats_from_chunks)
+from bucketsearch.index.base import (STAT_FIELDS, IndexBase, check_max_results, raise_if_over,
+                                     raise_if_reached, run_chunked, run_resumable_chunked,
+                                     stats_from_chunks)
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, chunk_outputs, chunk_result, counting_sort, grow,
                                         hamming)
@@ -271,8 +271,7 @@ class LinearScan(IndexBase):
         """Range search of one-word codes: :func:`_scan_word_kernel`, resumable over the
         thread's output buffers (no per-query allocation, no statistics unless asked)."""
         stats = bool(stats)
-        args = (self._flat, self.ids, R, stats,
-                NO_RESULT_CAP if max_results is None else check_max_results(max_results))
+        args = (self._flat, self.ids, R, stats, check_max_results(max_results))
         lims, D, I, st, reached = run_resumable_chunked(_scan_word_kernel, xq, R + 1, stats,
                                                         len(STAT_FIELDS), self.threads, args,
                                                         self._entries)
