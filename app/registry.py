@@ -23,7 +23,7 @@ from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
 from bucketsearch.index.storage import backup, catalog, exports, fsio
-from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
+from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
@@ -199,6 +199,14 @@ class Registry:
                 try:
                     entry.live.catch_up()
                     entry.follow_error = None
+                except FollowerStopped as exc:  # damage it must not skip: stop, as the writer
+                    self.entries.pop(name).live.close()
+                    self._fail(name, entry.folder, {"name": name, "bits": entry.bits,
+                                                     "mode": entry.mode,
+                                                     "substrings": entry.substrings}, "corrupt",
+                               f"{exc}; run 'bucketsearch repair --data-dir DIR --index "
+                               f"{name}' on the writer's data")
+                    continue
                 except (OSError, ValueError) as exc:
                     entry.follow_error = self.redact(f"{type(exc).__name__}: {exc}")
                     log.warning("index %s: catching up with the writer failed: %s", name,

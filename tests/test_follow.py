@@ -241,3 +241,103 @@ def test_a_read_only_server_follows_the_writer(bucketsearch_server_factory, tmp_
         assert 0 <= ri["lag_ms"] < 5000 and ri["size"] == wi["size"] == 4
         assert w.delete("/v1/indexes/a").status_code == 204
         wait_until(lambda: r.get("/v1/indexes/a").status_code == 404)
+
+
+# ----------------------------------------------------- damage across a rotation (issue 31)
+def _damage_record(segment, index: int) -> int:
+    """Flip one payload byte of record ``index`` of ``segment`` (its CRC no longer matches);
+    returns the record's offset."""
+    scan = wal.scan_segment(segment)
+    start = len(wal.MAGIC) if index == 0 else scan.ends[index - 1]
+    data = bytearray(segment.read_bytes())
+    data[start + wal.HEADER.size + 12] ^= 0xFF  # inside the ids: the header stays plausible
+    segment.write_bytes(bytes(data))
+    return start
+
+
+def _rotated_writer(root):
+    """A writer with item 0 seen by a follower, then items 1 and 2 in the same segment, a
+    rotation (as a merge starts), and item 3 in the next segment."""
+    writer = LiveIndex(root, BITS, "single", **KW)
+    writer.add(POOL[[0]], [0])
+    follower = LiveIndex(root, BITS, "single", read_only=True)
+    assert follower.get([0])[0].tolist() == [True]
+    writer.add(POOL[[1]], [1])
+    writer.add(POOL[[2]], [2])
+    first = writer._wal.seq
+    writer._wal.rotate()
+    writer.add(POOL[[3]], [3])  # publishes the position: (next segment, its end)
+    assert follower.applied.segment == first < follower_position(root).segment
+    return writer, follower, root / wal.segment_name(first)
+
+
+def follower_position(root):
+    return follow.read_position(root)
+
+
+@pytest.mark.parametrize("damaged", [1, 2], ids=["middle-record", "last-record"])
+def test_damage_in_a_segment_closed_by_a_rotation_stops_the_follower(tmp_path, damaged):
+    """Before: the follower applied the closed segment up to the damaged record, dropped the
+    acknowledged records after it and applied the next segment: item 3 visible, item 2 (and
+    1) silently gone. Now it stops with the reason and applies nothing."""
+    writer, follower, segment = _rotated_writer(tmp_path)
+    offset = _damage_record(segment, damaged)
+    before = follower.applied
+    with pytest.raises(Exception, match="following the writer stopped") as raised:
+        follower.catch_up()
+    assert type(raised.value).__name__ == "FollowerStopped"
+    assert segment.name in str(raised.value) and f"byte {offset}" in str(raised.value)
+    assert follower.follow_stopped == str(raised.value)
+    assert follower.applied == before  # nothing applied past the damage
+    assert follower.get([0, 1, 2, 3])[0].tolist() == [True, False, False, False]
+    with pytest.raises(Exception, match="following the writer stopped"):
+        follower.catch_up()  # stays stopped: never skips on a later round either
+    # a follower opened afresh on the same folder refuses it too (no torn tail to ignore)
+    with pytest.raises(wal.CorruptLogError, match=segment.name):
+        LiveIndex(tmp_path, BITS, "single", read_only=True)
+    writer.close()
+
+
+def test_damage_before_the_commit_position_of_the_current_segment_stops_the_follower(tmp_path):
+    writer = LiveIndex(tmp_path, BITS, "single", **KW)
+    follower = LiveIndex(tmp_path, BITS, "single", read_only=True)
+    writer.add(POOL[[1]], [1])
+    writer.add(POOL[[2]], [2])
+    segment = wal.list_segments(tmp_path)[-1][1]
+    _damage_record(segment, 0)
+    with pytest.raises(Exception, match="following the writer stopped") as raised:
+        follower.catch_up()
+    assert type(raised.value).__name__ == "FollowerStopped"
+    assert follower.get([1, 2])[0].tolist() == [False, False]
+    writer.close()
+
+
+def test_a_read_only_server_reports_a_follower_stopped_by_damage(tmp_path):
+    """The server's side: the index turns ``corrupt`` with the reason, in its state and in
+    /readyz, and serves no more reads from the stopped state (503, as a corrupt index on the
+    writer)."""
+    from helpers import app_client
+    data = tmp_path / "data"
+    with app_client(data) as w:
+        assert w.post("/v1/indexes", json={"name": "a", "bits": BITS}).status_code == 201
+        assert w.post("/v1/indexes/a/items", json={"ids": [0], "codes": to_hex(POOL[[0]], BITS)}
+                      ).status_code == 200
+        with app_client(data, read_only=True, follow_interval_s=60) as r:
+            registry = r.app.state.registry
+            writer = w.app.state.registry.entries["a"].live
+            for i in (1, 2):
+                w.post("/v1/indexes/a/items", json={"ids": [i], "codes": to_hex(POOL[[i]], BITS)})
+            first = writer._wal.seq
+            writer._wal.rotate()
+            w.post("/v1/indexes/a/items", json={"ids": [3], "codes": to_hex(POOL[[3]], BITS)})
+            folder = registry.entries["a"].folder
+            _damage_record(folder / wal.segment_name(first), 1)
+            registry.follow()
+            ready = r.get("/readyz").json()
+            assert ready["index_states"]["a"]["state"] == "corrupt"
+            assert "following the writer stopped" in ready["index_states"]["a"]["reason"]
+            assert wal.segment_name(first) in ready["index_states"]["a"]["reason"]
+            listed = r.get("/v1/indexes").json()["indexes"]
+            assert [(i["name"], i["state"]) for i in listed] == [("a", "corrupt")]
+            got = r.post("/v1/indexes/a/items/get", json={"ids": [3]})
+            assert got.status_code == 503 and "corrupt" in got.json()["detail"]

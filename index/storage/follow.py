@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bucketsearch.index.storage import fsio
-from bucketsearch.index.storage.wal import MAGIC, Op, scan_segment, segment_name
+from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, scan_segment,
+                                            segment_name)
 
 COMMIT_FILE = "wal.committed"
 _POSITION = struct.Struct("<qqq")
@@ -63,19 +64,34 @@ def read_position(directory) -> Position | None:
 
 def read_committed(directory, start: Position, end: Position) -> list[Op]:
     """The records from ``start`` (exclusive of what came before) up to ``end``, in order.
-    Raises FileNotFoundError when a segment in between is gone (the writer cleaned it up after
-    a merge: the follower reloads from the snapshot) and OSError when a record the writer
-    committed does not read back whole."""
+
+    Never skips: every byte the writer committed in that range must read back as whole
+    records. A segment before ``end``'s was closed by a rotation, so it must parse to its
+    last byte (the writer cuts a torn tail only in its newest segment, before appending
+    again); ``end``'s segment must parse up to ``end.offset``. Any damage there raises
+    :class:`~index.storage.wal.CorruptLogError` (file and offset): the follower stops, as the
+    writer refuses to open such a log (its records after the damage were acknowledged; applying
+    them without the damaged one would show a later write without an earlier one). Raises
+    FileNotFoundError when a segment in between is gone (the writer cleaned it up after a
+    merge: the follower reloads from the snapshot)."""
     ops: list[Op] = []
     seq, offset = start.segment, start.offset
     while (seq, offset) < (end.segment, end.offset):
         scan = scan_segment(Path(directory) / segment_name(seq))
-        stop = end.offset if seq == end.segment else scan.valid_bytes
-        ops.extend(op for op, last in zip(scan.ops, scan.ends) if offset < last <= stop)
-        if seq == end.segment:
-            if scan.valid_bytes < stop:
-                raise OSError(errno.EIO, f"{segment_name(seq)}: committed up to byte {stop}, "
-                              f"{scan.valid_bytes} bytes read back whole")
+        last = seq == end.segment
+        stop = end.offset if last else scan.file_bytes
+        if scan.damage is not None and scan.damage.offset < stop:
+            where = "before the commit position" if last else \
+                "in a segment closed by a rotation"
+            raise CorruptLogError(scan.path, scan.damage.offset,
+                                  f"{scan.damage.detail} ({where}: committed records would be "
+                                  "skipped)")
+        if last and scan.valid_bytes < stop:
+            raise CorruptLogError(scan.path, scan.valid_bytes,
+                                  f"committed up to byte {stop}, the file ends at byte "
+                                  f"{scan.file_bytes}")
+        ops.extend(op for op, last_byte in zip(scan.ops, scan.ends) if offset < last_byte <= stop)
+        if last:
             break
         seq, offset = seq + 1, len(MAGIC)
     return ops

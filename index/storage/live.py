@@ -436,6 +436,11 @@ class CorruptIndexError(ValueError):
     the newest WAL segment); nothing was changed. ``bucketsearch repair`` salvages."""
 
 
+class FollowerStopped(CorruptIndexError):
+    """A follower found damage in the log the writer committed and stopped following (the
+    message says where); it applies nothing more."""
+
+
 class LiveIndex:
     """Durable, concurrently searchable index over one directory (snapshots + WAL segments).
 
@@ -473,6 +478,8 @@ class LiveIndex:
         self.last_merge_error: str | None = None
         self._wal: WriteAheadLog | None = None
         self._closed = False
+        #: follower: why it stopped applying the writer's log (damage it must not skip), else None
+        self.follow_stopped: str | None = None
         if not read_only:
             self.directory.mkdir(parents=True, exist_ok=True)
         elif not self.directory.is_dir():
@@ -556,6 +563,11 @@ class LiveIndex:
                 scan.ops, scan.ends = scan.ops[:keep], scan.ends[:keep]
                 if scan.damage is not None and scan.damage.offset >= limit.offset:
                     scan.damage = None
+                elif scan.damage is not None or scan.valid_bytes < limit.offset:
+                    # committed records are damaged or missing: never a torn tail to ignore
+                    raise CorruptLogError(path, min(scan.valid_bytes, limit.offset),
+                                          "committed records do not read back whole (the "
+                                          f"writer committed up to byte {limit.offset})")
             newest = k == len(segments) - 1
             if scan.damage is not None and self.repair and (scan.damage.kind == "corrupt"
                                                             or not newest):
@@ -878,25 +890,35 @@ class LiveIndex:
         """Follower (read-only): apply the records the writer committed since the last call,
         or reload from the newest snapshot after a merge (or when the log went back: a repair
         or a restored folder). Returns whether the state changed. A failure (raised) leaves the
-        state as it was, to be retried."""
+        state as it was, to be retried; damage in what the writer committed
+        (:class:`~index.storage.wal.CorruptLogError`, :class:`CorruptIndexError`) stops the
+        follower for good (``follow_stopped`` says why; every later call raises
+        :class:`FollowerStopped`): it never applies a record past a damaged one. Opening the
+        folder afresh (after ``bucketsearch repair`` on the writer's side) follows again."""
         if not self.read_only:
             return False
+        if self.follow_stopped is not None:
+            raise FollowerStopped(self.follow_stopped)
         checked = time.monotonic()
         pos = follow.read_position(self.directory)
         if pos is None or pos == self._applied:
             self._caught_up_at = checked
             return False
-        if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:
-            self._reload()
-        else:
-            try:
-                ops = follow.read_committed(self.directory, self._applied, pos)
-            except FileNotFoundError:  # cleaned up after a merge we have not loaded yet
+        try:
+            if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:
                 self._reload()
             else:
-                state = self.state
-                self.state = apply_ops(state, ops, check=False) if ops else state
-                self._applied = pos
+                try:
+                    ops = follow.read_committed(self.directory, self._applied, pos)
+                except FileNotFoundError:  # cleaned up after a merge we have not loaded yet
+                    self._reload()
+                else:
+                    state = self.state
+                    self.state = apply_ops(state, ops, check=False) if ops else state
+                    self._applied = pos
+        except (CorruptLogError, CorruptIndexError) as exc:
+            self.follow_stopped = f"following the writer stopped: {exc}"  # never skip past it
+            raise FollowerStopped(self.follow_stopped) from exc
         self._caught_up_at = checked
         return True
 
