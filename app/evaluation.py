@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from bucketsearch.app.budget import check_evaluation
 from bucketsearch.app.parsing import parse_hex
+from bucketsearch.index.codes import n_words
 from bucketsearch.index.probe import ResultLimitError
 
 
@@ -30,6 +32,19 @@ def check_pairs(nq: int, n_db: int, settings) -> None:
         raise ValueError(f"codes: {nq} queries x {n_db} database items = "
                          f"{nq * n_db:,} distances, more than max_evaluate_pairs="
                          f"{settings.max_evaluate_pairs:,}; evaluate fewer queries per request")
+
+
+def levels_of(body) -> int:
+    """Relevance grades the histograms keep per distance: 1, or with ``graded`` multi-hot
+    labels, one per possible count of shared labels."""
+    labels = body.query_labels
+    if not body.graded:
+        return 1
+    if labels and isinstance(labels[0], list):
+        return len(labels[0]) + 1
+    if body.relevant_ids:  # a repeated pair adds its gain
+        return max(len(ids) for ids in body.relevant_ids) + 1
+    return 1
 
 
 def max_guarded_radius(main, cap: int) -> int:
@@ -162,6 +177,8 @@ def evaluate_entry(entry, settings, body) -> dict:
     # the limit before the work: the database's size is known without gathering its items
     n_db = len(body.db_ids) if body.db_ids is not None else state.ntotal
     check_pairs(nq, n_db, settings)
+    check_evaluation(nq, state.ntotal, entry.bits, n_words(entry.bits), levels_of(body),
+                     settings)
     xq = parse_hex(body.codes, entry.bits)
     db_ids, db_words = evaluation_database(entry, state, body.db_ids)
     check_pairs(nq, len(db_ids), settings)  # the same count (a state swap could change it)

@@ -362,4 +362,7 @@ class Limits(BaseModel):
     max_k: int = Field(description="largest k of a k-NN search")
     max_results: int = Field(description="largest total number of ids one search may return")
     max_request_probes: int = Field(description="probe budget of one search request")
+    max_request_compares: int = Field(description="codes one request may compare by scans")
+    max_request_memory: int = Field(description="bytes of answer and statistics one request "
+                                    "may hold (estimated before any work)")
     max_body_bytes: int = Field(description="request body limit")

@@ -37,6 +37,14 @@ class Settings(BaseSettings):
                             description="probe guard of single-table searches (per query)")
     max_request_probes: int = Field(
         500_000_000, ge=1, description="probe budget of one search request (all its queries)")
+    max_request_compares: int = Field(
+        20_000_000_000, ge=1, description="codes one request may compare by linear scans (the "
+                                          "scan plan: queries x items; the delta: queries x "
+                                          "delta items)")
+    max_request_memory: int = Field(
+        1 << 30, ge=1 << 20, description="bytes of answer and statistics one request may hold, "
+                                         "estimated from what it asks before any work "
+                                         "(app/budget.py)")
     max_evaluate_pairs: int = Field(
         2_000_000_000, ge=1, description="queries x database items of one evaluate request")
     max_indexes: int = Field(1_000, ge=1, description="indexes one server holds (409 beyond)")

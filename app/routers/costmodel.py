@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from bucketsearch.app.costfit import (CALIBRATION, agreement, calibrate, calibration_probes,
-                                      json_safe, live_rows)
+from bucketsearch.app.budget import check_calibration
+from bucketsearch.app.costfit import CALIBRATION, agreement, calibrate, json_safe, live_rows
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import CalibrateIn, CostModelOut, error_responses
@@ -63,11 +63,6 @@ def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) ->
     every estimate from them (:func:`index.costmodel.fit_all`)."""
     require_in_process(entry, "calibrate")
     entry.live.check_radius(body.max_distance)
-    per_query = calibration_probes(entry.live.state.main, body.max_distance)
-    if body.queries * per_query > settings.max_request_probes:
-        raise ValueError(f"queries: {body.queries} x {per_query:,} probes (radii 0.."
-                         f"{body.max_distance}) exceeds max_request_probes="
-                         f"{settings.max_request_probes:,}; use fewer queries or a smaller "
-                         "max_distance")
+    check_calibration(entry.live.state, body.queries, body.max_distance, settings)
     calibrate(entry.live, entry.cost, body.queries, body.max_distance, body.seed)
     return cost_model_out(entry)

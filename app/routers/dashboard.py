@@ -25,6 +25,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from bucketsearch.app import guard
+from bucketsearch.app.budget import range_work
 from bucketsearch.app.costfit import json_safe, sample_queries
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
 from bucketsearch.app.registry import require_in_process
@@ -82,12 +83,19 @@ def nearest_distances(lims: np.ndarray, D: np.ndarray, I: np.ndarray, radius: in
     return first
 
 
-def empty_balls(state, xq: np.ndarray, radius: int, main_result: tuple) -> list[int]:
+def empty_balls(state, xq: np.ndarray, radius: int, main_result: tuple,
+                max_results: int | None = None) -> list[int]:
     """Per r in 0..radius, the queries whose ball ``d <= r`` holds no live item: the main
-    table's results (``main_result = lims, D, I``) minus tombstones, and the delta segment."""
+    table's results (``main_result = lims, D, I``) minus tombstones, and the delta segment
+    (its search capped at ``max_results`` ids too)."""
     first = nearest_distances(*main_result, radius, state.tombstones)
     if state.delta is not None and len(state.delta_ids):
-        lims, D, I = state.delta.range_search(xq, radius)[:3]
+        try:
+            lims, D, I = state.delta.range_search(xq, radius, max_results=max_results)[:3]
+        except ResultLimitError as exc:
+            raise ValueError(f"max_distance: radius {radius} finds at least {exc.reached:,} "
+                             f"recent (delta) items for {len(xq)} queries, more than "
+                             f"max_results={max_results}; use a smaller radius") from None
         first = np.minimum(first, nearest_distances(lims, D, I, radius))
     return [int((first > r).sum()) for r in range(radius + 1)]
 
@@ -154,6 +162,9 @@ def radius_profile(
                          f"{max_distance}) is more than max_request_probes="
                          f"{settings.max_request_probes:,}; use a smaller radius or fewer "
                          "queries")
+    range_work(state, engine, queries, max_distance, settings.max_results).check(
+        settings, f"radius-profile: {queries} queries of radius {max_distance}",
+        "use fewer queries or a smaller max_distance")
     xq = sample_queries(live, queries, seed)
     try:
         lims, D, I, st = engine.range_search(xq, max_distance, stats=True,
@@ -165,7 +176,7 @@ def radius_profile(
     width = max_distance + 1
     names = FEATURES + tuple(f for f in ("candidates",) if getattr(st, f, None) is not None)
     means = {f: per_radius_means(st, f) for f in names}
-    empty = empty_balls(state, xq, max_distance, (lims, D, I))
+    empty = empty_balls(state, xq, max_distance, (lims, D, I), settings.max_results)
     model = entry.cost.extended()
     extended, extended_cum = extended_prediction(model, means, width)
     radii = []

@@ -19,10 +19,11 @@ octet-stream bodies:
   stop once the count passes it, so even a huge radius holds at most about threads x
   max_results results in memory before the 400 (which gives the count reached, a lower bound).
 
-Linear scans (the planner's scan plan, k-NN's scan fallback, the delta segment of recent
-inserts) probe no bucket and are not charged to the probe budget: their work is at most
-``nq x N`` popcounts (nq <= max_batch; the delta holds about merge_threshold items at most),
-linear and predictable, where probing grows as C(Q, r).
+Linear scans (the planner's scan plan, the delta segment of recent inserts) probe no bucket;
+they are charged to ``max_request_compares`` (queries x items compared), and every search's
+answer and statistics to ``max_request_memory``, both estimated from the request and the
+index's shape before any work (app/budget.py). k-NN's scan fallback (a query whose probe share
+ran out) is bounded by ``nq x N`` compares, ``nq <= max_batch``.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from starlette._utils import get_route_path
 from starlette.concurrency import run_in_threadpool
 
 from bucketsearch.app import guard
+from bucketsearch.app.budget import answer_bound, knn_work, range_work
 from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
 from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
@@ -106,11 +108,16 @@ SEARCH_BODY = json_or_octet_body(SearchRequest)
 INLINE_MAX_PROBES = 5_000
 INLINE_MAX_BODY = 1_024  # bytes of a body parsed on the event loop (a handful of codes)
 INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
+#: Most ids an inline search may return (app.budget.answer_bound): building and encoding a
+#: large answer takes milliseconds whatever the probes (radius 0 on a bucket of 39,000 items,
+#: 128 queries: 5M ids, 0.2-1 s of the event loop), and blocks every other request meanwhile.
+INLINE_MAX_RESULTS = 4_096
 
 
 def runs_inline(entry, job: SearchJob) -> bool:
     """Microseconds of work: a radius search of few probes (at least one: a scan, 0 probes,
-    reads every item), a small delta."""
+    reads every item), a small delta, and a small answer (at most INLINE_MAX_RESULTS ids
+    however the items fall: app.budget.answer_bound)."""
     if job.k is not None or job.max_distance is None \
             or not 0 <= job.max_distance <= min(entry.bits, 3) \
             or getattr(entry.live, "sharded", False):  # a Ray round trip: never on the loop
@@ -118,7 +125,8 @@ def runs_inline(entry, job: SearchJob) -> bool:
     state = entry.live.state
     nq = len(job.xq)
     return len(state.delta_ids) <= INLINE_MAX_DELTA \
-        and 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES
+        and 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES \
+        and answer_bound(state, nq, job.max_distance) <= INLINE_MAX_RESULTS
 
 
 @router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth],
@@ -186,11 +194,15 @@ def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | No
     entry.live.check_radius(radius)
     main = state.main
     share = max(settings.max_request_probes // nq, 1)
-    per_query = with_probe_limit(main, share).probe_count(radius, nq)
+    engine = with_probe_limit(main, share)
+    per_query = engine.probe_count(radius, nq)
     if per_query > main.max_probes:
         return None  # the engine raises its per-query ProbeLimitError, before work too
     if nq * per_query > settings.max_request_probes:
         raise RequestProbeLimit(nq, per_query, settings.max_request_probes, radius, entry.mode)
+    range_work(state, engine, nq, radius, settings.max_results).check(
+        settings, f"codes: {nq} queries of radius {radius}",
+        "send fewer queries per request or use a smaller radius")
     return share
 
 
@@ -205,6 +217,8 @@ def run_search(entry, job: SearchJob, settings, t_start: float) \
         per_query = max(settings.max_request_probes // nq, 1)
         if job.max_distance is not None:
             entry.live.check_radius(job.max_distance)
+        knn_work(state, nq, job.k, job.max_distance).check(
+            settings, f"codes: {nq} queries of k={job.k}", "send fewer queries per request")
         D, I, st = state.search(job.xq, job.k, max_distance=job.max_distance, stats=True,
                                 max_probes=per_query)
         lims, D, I = knn_to_csr(D, I)  # the response's CSR layout (padding dropped)
