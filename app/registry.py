@@ -281,7 +281,7 @@ class Registry:
         """Create index ``name`` from a backup (:mod:`index.storage.backup`), atomically: its
         items are logged and merged into a snapshot inside the hidden new folder, which is
         renamed into place only when complete."""
-        meta, ids, words = backup.load(exports.backup_bytes(data))
+        meta, ids, words = exports.load(data)
         bits, mode, substrings = meta["bits"], meta["mode"], meta.get("substrings")
         s = self.settings
 

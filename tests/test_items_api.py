@@ -403,3 +403,107 @@ def test_a_snapshot_that_fails_or_crashes_halfway_is_whole_or_absent(client, tmp
             assert c.get(f"/v1/indexes/{name}").json()["size"] == 25
         if not plan.fired:
             break
+
+
+# ----------------------------------------------- fields checked after the checksums (issue 31)
+def reframed(data: bytes, **changes) -> bytes:
+    """``data`` (a backup file) with header fields changed (None: removed) and every checksum
+    valid again: only the fields are wrong."""
+    import json
+    import struct
+    import zlib
+    fixed = len(backup.MAGIC) + 8
+    _, hlen = struct.unpack_from("<II", data, len(backup.MAGIC))
+    header = json.loads(data[fixed:fixed + hlen])
+    for key, value in changes.items():
+        if value is None:
+            header.pop(key, None)
+        else:
+            header[key] = value
+    raw = json.dumps(header).encode()
+    body = backup.MAGIC + struct.pack("<II", 1, len(raw)) + raw + data[fixed + hlen:-4]
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def retarred(tar: bytes, payload: bytes | None = None, **changes) -> bytes:
+    """A snapshot tar with manifest fields changed and ``payload`` in place of the backup,
+    its SHA-256 and size in the manifest kept valid unless ``changes`` says otherwise."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        manifest = json.loads(t.extractfile("manifest.json").read())
+        old = t.extractfile("index.bsbackup").read()
+    payload = old if payload is None else payload
+    manifest["files"]["index.bsbackup"] = {"bytes": len(payload),
+                                           "sha256": hashlib.sha256(payload).hexdigest()}
+    for key, value in changes.items():
+        target, _, leaf = key.rpartition(".")
+        node = manifest
+        for part in filter(None, target.split(".")):
+            node = node[part if part != "payload" else "index.bsbackup"]
+        node[leaf] = value
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        for name, data in (("manifest.json", json.dumps(manifest).encode()),
+                           ("index.bsbackup", payload)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+BAD_HEADERS = [({"substrings": "x"}, "'substrings'"), ({"substrings": 2.5}, "'substrings'"),
+               ({"substrings": True}, "'substrings'"), ({"substrings": 99}, "substrings"),
+               ({"bits": True}, "'bits'"), ({"bits": 20.0}, "'bits'"), ({"bits": "20"}, "'bits'"),
+               ({"bits": 300}, "'bits'"), ({"n": 1.5}, "'n'"), ({"n": -1}, "'n'"),
+               ({"words": None}, "'words'"), ({"mode": 5}, "'mode'"), ({"mode": "scan"}, "'mode'"),
+               ({"mode": None}, "'mode'")]
+
+
+@pytest.mark.parametrize("changes,field", BAD_HEADERS, ids=[str(c) for c, _ in BAD_HEADERS])
+def test_a_restore_with_valid_checksums_but_invalid_fields_is_a_clear_400(client, changes,
+                                                                          field):
+    """Before: a non-integer ``substrings`` (checksums valid) answered 500."""
+    c = client
+    assert c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "mih"}).status_code \
+        == 201
+    c.post("/v1/indexes/a/items", json={"ids": [1, 2], "codes": hexes([1, 2])})
+    data = reframed(c.get("/v1/indexes/a/backup").content, **changes)
+    res = c.post("/v1/indexes/b/restore", content=data,
+                 headers={"Content-Type": "application/octet-stream"})
+    assert res.status_code == 400, res.text
+    assert field in res.json()["detail"], res.json()["detail"]
+    assert c.get("/v1/indexes/b").status_code == 404
+
+
+MANIFEST_CHANGES = [({"payload.bytes": "12"}, "bytes"), ({"payload.bytes": True}, "bytes"),
+                    ({"payload.sha256": 5}, "sha256"), ({"version": 1.0}, "version"),
+                    ({"items": "2"}, "items"), ({"items": 7}, "items=7"),
+                    ({"bits": 8}, "bits=8"), ({"mode": "single"}, "mode='single'")]
+
+
+@pytest.mark.parametrize("changes,field", MANIFEST_CHANGES,
+                         ids=[str(c) for c, _ in MANIFEST_CHANGES])
+def test_a_snapshot_whose_manifest_fields_are_invalid_is_a_clear_400(client, changes, field):
+    c = client
+    c.post("/v1/indexes", json={"name": "a", "bits": BITS, "mode": "mih"})
+    c.post("/v1/indexes/a/items", json={"ids": [1, 2], "codes": hexes([1, 2])})
+    name = c.post("/v1/indexes/a/snapshots").json()["snapshot"]
+    tar = c.get(f"/v1/indexes/a/snapshots/{name}").content
+    assert restore(c, "ok", retarred(tar)).status_code == 201  # the rebuilt tar is fine as is
+    changes = {k.replace("payload.", "files.payload."): v for k, v in changes.items()}
+    res = restore(c, "b", retarred(tar, **changes))
+    assert res.status_code == 400, res.text
+    assert field in res.json()["detail"], res.json()["detail"]
+    # a payload whose own header is invalid, inside a tar with a valid manifest
+    res = restore(c, "b", retarred(tar, reframed(tar_payload(tar), substrings="x")))
+    assert res.status_code == 400 and "'substrings'" in res.json()["detail"]
+
+
+def tar_payload(tar: bytes) -> bytes:
+    import io
+    import tarfile
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return t.extractfile("index.bsbackup").read()

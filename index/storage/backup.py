@@ -20,7 +20,8 @@ import zlib
 import numpy as np
 import orjson
 
-from bucketsearch.index.codes import check_bits, check_word_range, n_words
+from bucketsearch.index.codes import MAX_BITS, MIN_BITS, check_word_range, n_words
+from bucketsearch.index.factory import SERVED_MODES, check_served_mode
 
 MAGIC = b"BSBACKUP"
 VERSION = 1
@@ -44,6 +45,39 @@ def dump(meta: dict, ids: np.ndarray, words: np.ndarray) -> bytes:
     return body + _CRC.pack(zlib.crc32(body))
 
 
+#: The header fields a reader relies on: ``(name, smallest, largest)`` of each integer.
+INT_FIELDS = (("bits", MIN_BITS, MAX_BITS), ("n", 0, 2**62), ("words", 1, n_words(MAX_BITS)))
+
+
+def check_header(meta) -> None:
+    """The backup header, field by field (its checksum is valid, so these are what the writer
+    wrote, or what someone crafted): a JSON object; ``bits``, ``n``, ``words`` integers in
+    range (a JSON ``true`` or ``8.0`` is not an integer); ``mode`` a served mode;
+    ``substrings`` null or an integer the mode accepts for ``bits`` (the engine's own rule,
+    :func:`index.factory.check_served_mode`). :class:`BackupError` naming the field."""
+    if not isinstance(meta, dict):
+        raise BackupError(f"body: the backup's header must be a JSON object, got "
+                          f"{type(meta).__name__}")
+    for name, low, high in INT_FIELDS:
+        value = meta.get(name)
+        if type(value) is not int or not low <= value <= high:
+            raise BackupError(f"body: the backup's header field {name!r} must be an integer in "
+                              f"[{low}, {high}], got {value!r}")
+    mode, substrings = meta.get("mode"), meta.get("substrings")
+    if mode not in SERVED_MODES:
+        raise BackupError(f"body: the backup's header field 'mode' must be one of "
+                          f"{', '.join(SERVED_MODES)}, got {mode!r}")
+    if substrings is not None and (type(substrings) is not int or substrings < 1):
+        raise BackupError(f"body: the backup's header field 'substrings' must be null or an "
+                          f"integer >= 1, got {substrings!r}")
+    try:
+        check_served_mode(mode, meta["bits"], substrings)
+    except (ValueError, TypeError) as exc:
+        raise BackupError(f"body: the backup's header fields mode={mode!r}, substrings="
+                          f"{substrings!r}, bits={meta['bits']} do not make an index: {exc}") \
+            from None
+
+
 def load(data: bytes) -> tuple[dict, np.ndarray, np.ndarray]:
     """``(meta, ids, words)`` of a backup; :class:`BackupError` naming what is wrong."""
     data = memoryview(data)
@@ -61,11 +95,11 @@ def load(data: bytes) -> tuple[dict, np.ndarray, np.ndarray]:
                           "in transit)")
     try:
         meta = orjson.loads(bytes(data[fixed:fixed + hlen]))  # depth-limited: ValueError
-        bits, n, w = check_bits(meta["bits"]), int(meta["n"]), int(meta["words"])
-        str(meta["mode"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BackupError(f"body: the backup's header is not valid ({exc})") from None
-    if w != n_words(bits) or n < 0:
+    except ValueError as exc:
+        raise BackupError(f"body: the backup's header is not valid JSON ({exc})") from None
+    check_header(meta)
+    bits, n, w = meta["bits"], meta["n"], meta["words"]
+    if w != n_words(bits):
         raise BackupError(f"body: the header says n={n}, words={w} for bits={bits} "
                           f"(words must be {n_words(bits)})")
     start = fixed + hlen

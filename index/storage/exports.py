@@ -60,9 +60,9 @@ def pack(meta: dict, ids: np.ndarray, words: np.ndarray) -> tuple[bytes, dict]:
     return out.getvalue(), manifest
 
 
-def unpack(data) -> bytes:
-    """The backup file inside a snapshot tar, after checking the manifest and the SHA-256;
-    :class:`BackupError` naming the first thing that is wrong."""
+def unpack(data) -> tuple[dict, bytes]:
+    """``(manifest, backup file)`` of a snapshot tar, after checking the manifest field by
+    field and the SHA-256; :class:`BackupError` naming the first thing that is wrong."""
     try:
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as tar:
             members = {m.name: m for m in tar.getmembers() if m.isfile()}
@@ -76,27 +76,64 @@ def unpack(data) -> bytes:
         raise BackupError(f"body: not a readable snapshot tar ({exc})") from None
     except ValueError as exc:  # the manifest's JSON
         raise BackupError(f"body: the snapshot's {MANIFEST} is not valid JSON ({exc})") from None
-    try:
-        if manifest["format"] != FORMAT or manifest["version"] != VERSION:
-            raise BackupError(f"body: snapshot format {manifest['format']!r} version "
-                              f"{manifest['version']!r}; this server reads {FORMAT!r} "
-                              f"version {VERSION}")
-        want = manifest["files"][PAYLOAD]
-        size, digest = int(want["bytes"]), str(want["sha256"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BackupError(f"body: the snapshot's {MANIFEST} lacks a valid field ({exc!r})") \
-            from None
+    size, digest = check_manifest(manifest)
     if len(payload) != size or hashlib.sha256(payload).hexdigest() != digest:
         raise BackupError(f"body: the snapshot's {PAYLOAD} does not match its SHA-256 in "
                           f"{MANIFEST} ({len(payload)} bytes, the manifest says {size}): "
                           "damaged or truncated")
-    return payload
+    return manifest, payload
 
 
-def backup_bytes(data) -> bytes:
-    """The backup file of a restore body: a snapshot tar (checked and unpacked) or a backup
-    file as it is (checked by :func:`index.storage.backup.load`)."""
-    return unpack(data) if is_tar(data) else bytes(data)
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _field_error(field: str, allowed: str, value) -> BackupError:
+    return BackupError(f"body: the snapshot's {MANIFEST} field {field!r} must be {allowed}, "
+                       f"got {value!r}")
+
+
+def check_manifest(manifest) -> tuple[int, str]:
+    """The manifest, field by field: ``(payload bytes, payload SHA-256)``; :class:`BackupError`
+    naming the first field that is missing or of the wrong kind (a JSON ``true`` or ``1.0``
+    is not an integer)."""
+    if not isinstance(manifest, dict):
+        raise BackupError(f"body: the snapshot's {MANIFEST} must be a JSON object, got "
+                          f"{type(manifest).__name__}")
+    if manifest.get("format") != FORMAT or type(manifest.get("version")) is not int \
+            or manifest["version"] != VERSION:
+        raise BackupError(f"body: snapshot format {manifest.get('format')!r} version "
+                          f"{manifest.get('version')!r}; this server reads {FORMAT!r} "
+                          f"version {VERSION}")
+    files = manifest.get("files")
+    want = files.get(PAYLOAD) if isinstance(files, dict) else None
+    if not isinstance(want, dict):
+        raise _field_error(f"files.{PAYLOAD}", "an object with 'bytes' and 'sha256'", want)
+    size, digest = want.get("bytes"), want.get("sha256")
+    if type(size) is not int or size < 0:
+        raise _field_error(f"files.{PAYLOAD}.bytes", "an integer >= 0", size)
+    if not isinstance(digest, str) or not _SHA256_RE.match(digest):
+        raise _field_error(f"files.{PAYLOAD}.sha256", "64 lowercase hex digits", digest)
+    items = manifest.get("items")
+    if items is not None and (type(items) is not int or items < 0):
+        raise _field_error("items", "an integer >= 0", items)
+    return size, digest
+
+
+def load(data) -> tuple[dict, np.ndarray, np.ndarray]:
+    """``(meta, ids, words)`` of a restore body (a snapshot tar or a backup file), every
+    checksum and every field checked; a snapshot's manifest must agree with the backup inside
+    it (``bits``, ``mode``, ``substrings``, ``items``). :class:`BackupError` naming what is
+    wrong."""
+    if not is_tar(data):
+        return backup.load(bytes(data))
+    manifest, payload = unpack(data)
+    meta, ids, words = backup.load(payload)
+    for field, actual in (("bits", meta["bits"]), ("mode", meta["mode"]),
+                          ("substrings", meta.get("substrings")), ("items", len(ids))):
+        if field in manifest and manifest[field] != actual:
+            raise BackupError(f"body: the snapshot's {MANIFEST} says {field}="
+                              f"{manifest[field]!r}, its {PAYLOAD} holds {actual!r}")
+    return meta, ids, words
 
 
 def check_name(snapshot: str) -> str:
