@@ -12,9 +12,13 @@ One status per kind of error, whichever layer caught it (issue 18 item 8):
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette._utils import get_route_path
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from bucketsearch.app.guard import flat_routes
 from bucketsearch.app.registry import (IndexExists, IndexLimit, IndexNotFound, IndexUnavailable,
                                        NotOnShards, SnapshotNotFound)
 from bucketsearch.index.storage.live import DuplicateIdError
@@ -85,7 +89,25 @@ def deleted_meanwhile(request: Request) -> JSONResponse | None:
                       "acknowledged")
 
 
+def allowed_methods(app, path: str) -> str:
+    """The ``Allow`` value of ``path``: every method of every route whose path matches it
+    (Starlette's 405 names only the methods of the first route that matched the path)."""
+    methods: set[str] = set()
+    for route in flat_routes(app.routes):
+        regex, verbs = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and verbs and regex.match(path):
+            methods |= set(verbs)
+    return ", ".join(sorted(methods))
+
+
 def install(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 405:  # RFC 9110 15.5.6: Allow lists the path's methods, all
+            exc.headers = {**(exc.headers or {}),
+                           "Allow": allowed_methods(request.app, get_route_path(request.scope))}
+        return await http_exception_handler(request, exc)
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError):
         detail, items = validation_errors(exc.errors())

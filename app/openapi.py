@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from bucketsearch.app.guard import OPEN, READ, UNCAPPED_PATHS, WRITE, AccessPolicy
+from bucketsearch.app.schemas import EXACT_BOUNDS
 
 SCHEME = "HTTPBearer"
 HTTP_METHODS = {"get", "head", "post", "put", "patch", "delete", "options"}
@@ -16,9 +17,83 @@ GUARD_RESPONSES = {
     503: "too many requests in flight (Retry-After), or starting: see /readyz",
 }
 
+#: The rules a JSON schema cannot state: a schema-valid request is refused (400) by these
+#: only, each ``(pattern of the answer's detail, the rule)``. They depend on the index the
+#: request names (its bits), on bytes the schema calls binary, on the server's settings, or
+#: tie one field to another in ways JSON Schema has no words for (tests/st_checks.py holds
+#: schemathesis's positive-data check to exactly this list).
+SCHEMA_CANNOT_STATE = (
+    (r"has \d+ hex digits, a \d+-bit code needs exactly|is not a hex string|bits set above|"
+     r"nonzero padding|last byte .* has nonzero",
+     "a hex code has 2*ceil(bits/8) digits of the index's bits, padding bits 0"),
+    (r"must be in \[0, bits=\d+\]", "a radius is at most the index's bits"),
+    (r"substrings must be in \[", "substrings in [ceil(bits/64), bits] of the index's bits"),
+    (r"^body: ", "a binary body (backup file, snapshot tar, packed codes) must parse"),
+    (r"query parameters are only read with Content-Type application/octet-stream|"
+     r"give the query parameter max_distance",
+     "a search's query parameters go with an octet-stream body, which needs max_distance, k "
+     "or both"),
+    (r"substrings applies to mode", "substrings only with mode mih or auto"),
+    (r"give ids in the body or .*, not both|give first_id or auto_ids=true, not both|"
+     r"ids: \d+ ids for \d+ codes|an upsert needs one id per code|overflows int64",
+     "one id per code: ids in the body, or first_id / auto_ids, not both; an upsert names its "
+     "ids"),
+    (r"^(query_labels|db_labels|relevant_ids|db_ids)(\[\d+\])?: ",
+     "evaluate: labels or relevant ids, one per query and per database item, of this index"),
+    (r"queries x k=\d+ = .* results, more than|max_results|max_request_|max_probes|"
+     r"max_evaluate_pairs",
+     "the server's limits (GET /v1/limits) on a whole request"),
+)
+
 #: FastAPI documents a 422 for request validation; app.errors answers those with 400.
 INVALID_VALUE = ("invalid value: `detail` names the field, the value and what is allowed; "
-                 "`errors` lists them when the request failed schema validation")
+                 "`errors` lists them when the request failed schema validation. Besides the "
+                 "schema: " + "; ".join(rule for _, rule in SCHEMA_CANNOT_STATE))
+
+
+#: Statuses every operation may answer, by what it has: declared here once for all routes.
+COMMON_RESPONSES = {
+    400: INVALID_VALUE,
+    404: "unknown index (or snapshot)",
+}
+
+
+def exact_bounds(node, exact: dict[float, int]) -> None:
+    """Integer bounds as integers, in place: FastAPI's OpenAPI models keep ``minimum`` and
+    ``maximum`` as floats, so 2^63 - 1 would read 2^63 (and a client generating ids up to the
+    stated maximum would send one the server refuses). ``exact`` maps a float back to the
+    integer it stands for (:data:`app.schemas.EXACT_BOUNDS`); small ones are exact anyway."""
+    if isinstance(node, dict):
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            value = node.get(key)
+            if isinstance(value, float) and value.is_integer() and (
+                    node.get("type") == "integer" or value in exact):
+                node[key] = exact.get(value, int(value)) if abs(value) > 2**53 else int(value)
+        for child in node.values():
+            exact_bounds(child, exact)
+    elif isinstance(node, list):
+        for child in node:
+            exact_bounds(child, exact)
+
+
+def _integer_options(schema: dict) -> list[dict]:
+    return [o for o in schema.get("anyOf", [schema]) if o.get("type") == "integer"]
+
+
+def state_limits(spec: dict, settings) -> None:
+    """The limits the settings put on a request's fields, stated in the schema: ``k`` (the
+    search body's and its query parameter) at most ``max_k``."""
+    for path_item in spec.get("paths", {}).values():
+        for op in path_item.values():
+            if not isinstance(op, dict):
+                continue
+            ks = [p.get("schema", {}) for p in op.get("parameters", [])
+                  if p.get("name") == "k" and p.get("in") == "query"]
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+            k = body.get("schema", {}).get("properties", {}).get("k")
+            for schema in ks + ([k] if k is not None else []):
+                for option in _integer_options(schema):
+                    option["maximum"] = settings.max_k
 
 
 def needs_key(permission: str, settings) -> bool:
@@ -65,12 +140,23 @@ def document_guard(app: FastAPI, policy_of) -> None:
                     responses.setdefault("400", {
                         "description": INVALID_VALUE,
                         "content": {"application/json": {"schema": error}}})
+                common = []
+                if op.get("parameters") or "requestBody" in op:
+                    common.append(400)
+                if "{" in path:
+                    common.append(404)
+                for code in common:
+                    responses.setdefault(str(code), {
+                        "description": COMMON_RESPONSES[code],
+                        "content": {"application/json": {"schema": error}}})
                 for code in codes:
                     responses.setdefault(str(code), {
                         "description": GUARD_RESPONSES[code],
                         "content": {"application/json": {"schema": error}}})
                 if permission != OPEN:
                     op.setdefault("x-permission", permission)
+        exact_bounds(spec, {float(v): v for v in EXACT_BOUNDS})
+        state_limits(spec, settings)
         for unused in ("HTTPValidationError", "ValidationError"):  # only the 422s used them
             components.get("schemas", {}).pop(unused, None)
         schemes = components.setdefault("securitySchemes", {})

@@ -118,17 +118,23 @@ def parse_items(body: bytes, ctype: str, bits: int, settings, first_id: int | No
         ids, words = parse_raw_items(body, bits, first_id, auto_ids)
         check_batch(len(words), settings, "body")
     elif ctype in ("application/json", ""):
-        if first_id is not None or auto_ids:
-            raise ValueError(f"{'first_id' if first_id is not None else 'auto_ids'}: only "
-                             "allowed with Content-Type application/octet-stream (JSON: leave "
-                             "out ids)")
         items = validate_json_body(ItemsIn, body)
         check_batch(len(items.codes), settings, "codes")
+        given = "first_id" if first_id is not None else "auto_ids=true" if auto_ids else None
+        if items.ids is not None and given is not None:
+            raise ValueError(f"ids: give ids in the body or {given}, not both")
+        if first_id is not None and auto_ids:
+            raise ValueError(f"first_id: give first_id or auto_ids=true, not both (got "
+                             f"first_id={first_id})")
         if items.ids is not None and len(items.ids) != len(items.codes):
             raise ValueError(f"ids: {len(items.ids)} ids for {len(items.codes)} codes "
                              "(one id per code)")
         words = parse_hex(items.codes, bits)
         ids = None if items.ids is None else np.asarray(items.ids, dtype=np.int64)
+        if first_id is not None:  # as octet-stream: the ids first_id, first_id + 1, ...
+            if first_id + len(words) - 1 > MAX_ID:
+                raise ValueError(f"first_id: {first_id} + {len(words)} codes overflows int64")
+            ids = np.arange(first_id, first_id + len(words), dtype=np.int64)
     else:
         raise unsupported_media_type(ctype)
     return ids, words

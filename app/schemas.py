@@ -3,32 +3,59 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints,
+                      model_validator)
 
 from bucketsearch.index.storage.catalog import NAME_PATTERN
 
 HEX_PATTERN = r"^[0-9a-fA-F]*$"
 MAX_ID = 2**63 - 1
 
+
+def json_integer(value):
+    """JSON Schema's ``integer``: a number without a fractional part (``8`` and ``8.0``), never
+    a boolean (``false`` is not the id 0, nor radius 0) and never a string (``"8"``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a boolean is not an integer (got {str(value).lower()})")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer of a request body (the request models are strict: no str -> int, no bool -> int).
+Int = Annotated[int, BeforeValidator(json_integer)]
+
+
+def int_in(ge: int | None = None, le: int | None = None):
+    """:data:`Int` within ``[ge, le]`` (the bounds before the validator: so pydantic states
+    them in the JSON schema as ``minimum`` / ``maximum``, also inside a list or a union)."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(json_integer)]
+#: The integer bounds the OpenAPI document states exactly (FastAPI writes bounds as floats:
+#: 2^63 - 1 would read 2^63; app.openapi puts these back).
+EXACT_BOUNDS = (MAX_ID, 2**62, -(2**62), 2**32 - 1)
+
 IndexNameStr = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 HexCode = Annotated[str, StringConstraints(pattern=HEX_PATTERN, max_length=64)]
-ItemId = Annotated[int, Field(ge=0, le=MAX_ID)]
+ItemId = int_in(0, MAX_ID)
 ServedMode = Literal["single", "mih", "auto"]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields refused, and no type is coerced (a boolean is not an
+    integer, a string not a number; integers through :data:`Int`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CreateIndex(Strict):
     name: IndexNameStr = Field(description="index name, [A-Za-z0-9_-]{1,64}")
-    bits: int = Field(ge=1, le=256, description="code length Q in bits")
+    bits: Int = Field(ge=1, le=256, description="code length Q in bits")
     mode: ServedMode = Field(
         "auto", description="auto (default): the planner picks single-table probing, "
                             "multi-index hashing or a scan per batch by predicted cost; single: "
                             "single-table bucket search only; mih: multi-index hashing only "
                             "(README: Which mode)")
-    substrings: int | None = Field(None, ge=1, le=256,
+    substrings: int_in(1, 256) | None = Field(None,
                                    description="number of MIH substrings (mih/auto only)")
     partitioning: Literal["id_hash", "code_prefix"] = Field(
         "id_hash", description="sharded server (serve --shards N) only: id_hash (an item's "
@@ -117,11 +144,16 @@ class SnapshotInfo(BaseModel):
 
 
 class SearchRequest(Strict):
+    # the rule of _a_kind, stated in the schema: max_distance, k or both, as integers
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
+        {"required": [f], "properties": {f: {"type": "integer"}}}
+        for f in ("max_distance", "k")]})
+
     codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
-    max_distance: int | None = Field(None, ge=0, le=256,
+    max_distance: int_in(0, 256) | None = Field(None,
                                      description="radius search: every item with d <= r; with "
                                                  "k, top-k within the radius")
-    k: int | None = Field(None, ge=1, description="k-NN search, ordered by (distance, id); "
+    k: int_in(1) | None = Field(None, description="k-NN search, ordered by (distance, id); "
                           "with max_distance, the k nearest with d <= max_distance (fewer "
                           "when fewer lie that close)")
     stats: bool = Field(False, description="return per-query, per-radius work counters")
@@ -183,9 +215,10 @@ class LatencySummary(BaseModel):
 
 
 class CalibrateIn(Strict):
-    queries: int = Field(256, ge=1, le=100_000, description="number of sampled queries")
-    max_distance: int = Field(2, ge=0, le=256, description="radius searched by each query")
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    queries: Int = Field(256, ge=1, le=100_000, description="number of sampled queries")
+    max_distance: int_in(0, 256) | None = Field(None, description="radius searched by each "
+                                     "query (default: min(2, bits))")
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
 
 
 class IndexState(BaseModel):
@@ -212,27 +245,27 @@ class ConventionsIn(Strict):
     auprc_anchor: Literal["first", "one"] = "first"
 
 
-Label = Annotated[int, Field(ge=-(2**62), le=2**62)]
+Label = int_in(-(2**62), 2**62)
 
 
 class EvaluateIn(Strict):
     codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
-    query_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+    query_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
         None, description="class id per query (1-D) or multi-hot rows (2-D)")
     db_ids: list[ItemId] | None = Field(
         None, description="database = these items of the index, in this order (default: every "
         "live item, ordered by id)")
-    db_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+    db_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
         None, description="labels of the db_ids items, same form as query_labels")
     relevant_ids: list[list[ItemId]] | None = Field(
         None, description="instead of labels: per query, the ids of its relevant items")
-    radius_max: int | None = Field(None, ge=0, le=256, description="largest radius reported "
+    radius_max: int_in(0, 256) | None = Field(None, description="largest radius reported "
                                    "(default: min(bits, 10, largest radius within the probe "
                                    "guard))")
-    ks: list[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+    ks: list[int_in(1, 100_000)] = Field(
         [10, 100, 1000], min_length=1, max_length=16)
     graded: bool = False
-    measure_queries: int = Field(32, ge=0, le=10_000, description="queries timed by the index "
+    measure_queries: Int = Field(32, ge=0, le=10_000, description="queries timed by the index "
                                  "to get the measured per-radius cost of RAMAP")
     conventions: ConventionsIn = Field(default_factory=ConventionsIn)
 
@@ -272,7 +305,7 @@ class GetOut(BaseModel):
 
 class SetMode(Strict):
     mode: ServedMode = Field(description="the mode to rebuild the index in (README: Which mode)")
-    substrings: int | None = Field(None, ge=1, le=256,
+    substrings: int_in(1, 256) | None = Field(None,
                                    description="number of MIH substrings (mih/auto only)")
 
 

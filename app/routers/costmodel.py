@@ -62,7 +62,8 @@ def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) ->
     0..``max_distance``, time the probes of the single table apart (micro-benchmark), and refit
     every estimate from them (:func:`index.costmodel.fit_all`)."""
     require_in_process(entry, "calibrate")
-    entry.live.check_radius(body.max_distance)
-    check_calibration(entry.live.state, body.queries, body.max_distance, settings)
-    calibrate(entry.live, entry.cost, body.queries, body.max_distance, body.seed)
+    radius = min(2, entry.bits) if body.max_distance is None else body.max_distance
+    entry.live.check_radius(radius)
+    check_calibration(entry.live.state, body.queries, radius, settings)
+    calibrate(entry.live, entry.cost, body.queries, radius, body.seed)
     return cost_model_out(entry)

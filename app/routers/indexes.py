@@ -6,7 +6,7 @@ import os
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
@@ -26,6 +26,7 @@ Two bodies are accepted (pick with Content-Type):
 
 * `application/json`: `{"ids": [int, ...], "codes": ["hex", ...]}`, one hex code
   (2*ceil(bits/8) digits, np.packbits byte order: the first digit holds bits 0-3) per id.
+  With `?first_id=K` and no `ids`, the ids are `K, K+1, ...`.
 * `application/octet-stream`: packed codes, `B = ceil(bits/8)` bytes each in np.packbits
   layout (padding bits at the end of the last byte must be 0).
   - without `first_id`: `n` int64 little-endian ids followed by the `n` packed codes, so the
@@ -40,10 +41,14 @@ The response comes only after the write-ahead-log record is fsynced: an acknowle
 survives a crash."""
 
 ITEMS_BODY = json_or_octet_body(ItemsIn)
-FirstId = Annotated[int | None, Query(ge=0, le=MAX_ID, description="octet-stream only: ids are "
-                                      "first_id, first_id+1, ... and the body holds codes only")]
-AutoIds = Annotated[bool, Query(description="octet-stream insert: the body holds codes only and "
-                                           "the index gives the ids (first_id in the answer)")]
+FirstId = Annotated[int | None, Query(ge=0, le=MAX_ID, description="ids are first_id, "
+                                      "first_id+1, ...: an octet-stream body holds codes only, "
+                                      "a JSON body leaves out ids")]
+AutoIds = Annotated[bool, Query(description="insert: the index gives the ids (first_id in the "
+                                           "answer); an octet-stream body holds codes only, a "
+                                           "JSON body leaves out ids")]
+SnapshotName = Annotated[str, Path(pattern=exports.NAME_PATTERN, description="a snapshot name "
+                                   "as POST .../snapshots returns it")]
 RESTORE_TYPES = ("application/x-tar", "application/octet-stream")
 BACKUP_BODY = {"requestBody": {"required": True, "content": {
     t: {"schema": {"type": "string", "format": "binary"}} for t in RESTORE_TYPES}}}
@@ -173,7 +178,7 @@ def list_snapshots(entry: EntryDep) -> list[dict]:
 @router.get("/{name}/snapshots/{snapshot}", dependencies=[ReadAuth],
             response_class=StreamingResponse, responses={200: {"content": {"application/x-tar": {
                 "schema": {"type": "string", "format": "binary"}}}}})
-def download_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> Response:
+def download_snapshot(entry: EntryDep, snapshot: SnapshotName, registry: RegistryDep) -> Response:
     """One snapshot as a tar stream (``Content-Length``; the SHA-256 of the tar is in the
     listing of its creation, the payload's inside the tar). The file is opened first, so a
     snapshot deleted meanwhile still streams whole."""
@@ -190,7 +195,7 @@ def download_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> 
 
 
 @router.delete("/{name}/snapshots/{snapshot}", status_code=204, dependencies=[WriteAuth])
-def delete_snapshot(entry: EntryDep, snapshot: str, registry: RegistryDep) -> Response:
+def delete_snapshot(entry: EntryDep, snapshot: SnapshotName, registry: RegistryDep) -> Response:
     """Remove one snapshot."""
     registry.delete_snapshot(entry, snapshot)
     return Response(status_code=204)

@@ -36,7 +36,9 @@ from bucketsearch.index.storage.backup import BackupError
 FORMAT, VERSION = "bucketsearch-snapshot", 1
 DIR = "backups"
 MANIFEST, PAYLOAD = "manifest.json", "index.bsbackup"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.tar$")
+#: A snapshot's file name (also the path parameter's pattern in the OpenAPI document).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.tar$"
+_NAME_RE = re.compile(NAME_PATTERN)
 
 
 def is_tar(data) -> bool:
