@@ -1,22 +1,16 @@
-"""OpenAPI tweaks: the bearer scheme, and the guard's answers, documented as the current
-settings enforce them; FastAPI's 422 documented as the 400 that app.errors answers."""
+"""OpenAPI tweaks: the bearer scheme and every operation's error answers, documented as the
+current settings enforce them (one mechanism for all routes: :func:`error_codes`); FastAPI's
+422 documented as the 400 that app.errors answers; integer bounds exact; the rules a JSON
+schema cannot state listed (:data:`SCHEMA_CANNOT_STATE`)."""
 from __future__ import annotations
 
 from fastapi import FastAPI
 
 from bucketsearch.app.guard import OPEN, READ, UNCAPPED_PATHS, WRITE, AccessPolicy
-from bucketsearch.app.schemas import EXACT_BOUNDS
+from bucketsearch.app.schemas import EXACT_BOUNDS, ErrorOut
 
 SCHEME = "HTTPBearer"
 HTTP_METHODS = {"get", "head", "post", "put", "patch", "delete", "options"}
-GUARD_RESPONSES = {
-    401: "missing API key (sent before the body is read)",
-    403: "wrong API key, or a key that does not open this operation",
-    408: "the request body did not arrive within body_timeout_s",
-    413: "body or batch too large",
-    503: "too many requests in flight (Retry-After), or starting: see /readyz",
-}
-
 #: The rules a JSON schema cannot state: a schema-valid request is refused (400) by these
 #: only, each ``(pattern of the answer's detail, the rule)``. They depend on the index the
 #: request names (its bits), on bytes the schema calls binary, on the server's settings, or
@@ -51,11 +45,43 @@ INVALID_VALUE = ("invalid value: `detail` names the field, the value and what is
                  "schema: " + "; ".join(rule for _, rule in SCHEMA_CANNOT_STATE))
 
 
-#: Statuses every operation may answer, by what it has: declared here once for all routes.
+#: The error answers every operation may give, by what it has (:func:`error_codes`): declared
+#: here once for all routes, so a route declares only its success answers.
 COMMON_RESPONSES = {
     400: INVALID_VALUE,
+    401: "missing API key (sent before the body is read)",
+    403: "wrong API key, or a key that does not open this operation",
     404: "unknown index (or snapshot)",
+    408: "the request body did not arrive within body_timeout_s",
+    409: "conflict: a duplicate id or name, a read-only server or index, or an operation a "
+         "sharded index does not serve",
+    413: "body or batch too large",
+    415: "unsupported Content-Type",
+    503: "too many requests in flight (Retry-After), starting (see /readyz), or the index is "
+         "unavailable or corrupt (its state and reason: GET /v1/indexes)",
 }
+GUARD_RESPONSES = COMMON_RESPONSES  # the guard's answers are among them
+
+
+def error_codes(path: str, op: dict, permission: str, keyed: bool) -> list[int]:
+    """The error statuses of one operation: 400 when it takes parameters or a body, 404 when
+    its path names something, 408 and 415 when it reads a body, 409 when it writes or works
+    on a named index, 401/403 when it needs a key (``keyed``), 503 outside the uncapped
+    probes, 413 always (the guard's Content-Length check)."""
+    codes = [413]
+    if op.get("parameters") or "requestBody" in op:
+        codes.append(400)
+    if "{" in path:
+        codes.append(404)
+    if "requestBody" in op:
+        codes += [408, 415]
+    if permission == WRITE or "{name}" in path:
+        codes.append(409)
+    if keyed:
+        codes += [401, 403]
+    if path not in UNCAPPED_PATHS:
+        codes.append(503)
+    return sorted(codes)
 
 
 def exact_bounds(node, exact: dict[float, int]) -> None:
@@ -106,7 +132,8 @@ def needs_key(permission: str, settings) -> bool:
 def document_guard(app: FastAPI, policy_of) -> None:
     """Post-process /openapi.json: the bearer security requirement on exactly the operations
     that need a key with the current settings (``policy_of(app)`` is the guard's
-    AccessPolicy), and the guard's 401/403/408/413/503 answers where they can happen."""
+    AccessPolicy), every operation's error answers (:func:`error_codes`, the one place they
+    are declared), integer bounds written exactly and the limits the settings put on fields."""
     base = app.openapi
 
     def openapi():
@@ -116,42 +143,26 @@ def document_guard(app: FastAPI, policy_of) -> None:
         settings = app.state.settings
         policy: AccessPolicy = policy_of(app)
         components = spec.setdefault("components", {})
-        error = ({"$ref": "#/components/schemas/ErrorOut"}
-                 if "ErrorOut" in components.get("schemas", {}) else {"type": "object"})
+        components.setdefault("schemas", {}).setdefault(
+            "ErrorOut", ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}"))
+        error = {"$ref": "#/components/schemas/ErrorOut"}
         any_key = False
         for path, path_item in spec.get("paths", {}).items():
             for method, op in path_item.items():
                 if method not in HTTP_METHODS:
                     continue
                 permission = policy.permission(method.upper(), path)
-                codes = [413]
-                if "requestBody" in op:
-                    codes.append(408)
-                if path not in UNCAPPED_PATHS:
-                    codes.append(503)
-                if needs_key(permission, settings):
+                keyed = needs_key(permission, settings)
+                if keyed:
                     op["security"] = [{SCHEME: []}]
-                    codes += [401, 403]
                     any_key = True
                 else:
                     op.pop("security", None)
                 responses = op.setdefault("responses", {})
-                if responses.pop("422", None) is not None:  # app.errors answers 400 instead
-                    responses.setdefault("400", {
-                        "description": INVALID_VALUE,
-                        "content": {"application/json": {"schema": error}}})
-                common = []
-                if op.get("parameters") or "requestBody" in op:
-                    common.append(400)
-                if "{" in path:
-                    common.append(404)
-                for code in common:
+                responses.pop("422", None)  # app.errors answers 400 instead
+                for code in error_codes(path, op, permission, keyed):
                     responses.setdefault(str(code), {
                         "description": COMMON_RESPONSES[code],
-                        "content": {"application/json": {"schema": error}}})
-                for code in codes:
-                    responses.setdefault(str(code), {
-                        "description": GUARD_RESPONSES[code],
                         "content": {"application/json": {"schema": error}}})
                 if permission != OPEN:
                     op.setdefault("x-permission", permission)

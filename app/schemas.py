@@ -278,6 +278,9 @@ class ErrorOut(BaseModel):
 
 
 def error_responses(*codes: int) -> dict:
+    """``responses`` of a route that wants its own description of an error status. Not needed
+    to declare one: app/openapi.py (``error_codes``) declares every common error answer of
+    every operation."""
     text = {400: "invalid value (the message names the field)", 401: "missing API key",
             403: "wrong API key", 404: "unknown index", 409: "conflict (duplicate id or name, "
             "read-only server)", 413: "body or batch too large", 415: "unsupported Content-Type",

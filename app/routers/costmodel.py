@@ -9,11 +9,10 @@ from bucketsearch.app.budget import check_calibration
 from bucketsearch.app.costfit import CALIBRATION, agreement, calibrate, json_safe, live_rows
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
 from bucketsearch.app.registry import require_in_process
-from bucketsearch.app.schemas import CalibrateIn, CostModelOut, error_responses
+from bucketsearch.app.schemas import CalibrateIn, CostModelOut
 from bucketsearch.index.costmodel import HOLDS_FACTOR, RADIUS_FIT
 
-router = APIRouter(prefix="/v1/indexes", tags=["cost model"],
-                   responses=error_responses(400, 401, 403, 404, 409, 413, 503))
+router = APIRouter(prefix="/v1/indexes", tags=["cost model"])
 
 
 def cost_model_out(entry) -> dict:

@@ -29,11 +29,10 @@ from bucketsearch.app.budget import range_work
 from bucketsearch.app.costfit import json_safe, sample_queries
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
 from bucketsearch.app.registry import require_in_process
-from bucketsearch.app.schemas import error_responses
 from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.costmodel import per_radius_means
 
-router = APIRouter(tags=["dashboard"], responses=error_responses(400, 401, 403, 404, 409, 503))
+router = APIRouter(tags=["dashboard"])
 
 MAX_PROFILE_QUERIES = 1024
 #: the default radius of a profile: the largest r <= DEFAULT_MAX_RADIUS whose probes (all

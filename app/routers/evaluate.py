@@ -9,10 +9,9 @@ from fastapi import APIRouter, HTTPException
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.evaluation import evaluate_entry
-from bucketsearch.app.schemas import EvaluateIn, error_responses
+from bucketsearch.app.schemas import EvaluateIn
 
-router = APIRouter(prefix="/v1/indexes", tags=["evaluate"],
-                   responses=error_responses(400, 401, 403, 404, 409, 413, 503))
+router = APIRouter(prefix="/v1/indexes", tags=["evaluate"])
 
 
 @router.post("/{name}/evaluate", response_model=dict[str, Any], dependencies=[ReadAuth])

@@ -8,9 +8,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bucketsearch.app.deps import ReadAuth, SettingsDep
-from bucketsearch.app.schemas import Health, Limits, error_responses
+from bucketsearch.app.schemas import Health, Limits
 
-router = APIRouter(tags=["health"], responses=error_responses(413))
+router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health)

@@ -14,12 +14,11 @@ from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, Reg
 from bucketsearch.app.parsing import check_batch, content_type, parse_items, unsupported_media_type
 from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, GetIn, GetOut, IndexInfo,
                                       IndexList, ItemsIn, SetMode, SnapshotInfo, WriteOut,
-                                      error_responses, json_or_octet_body)
+                                      json_or_octet_body)
 from bucketsearch.index.codes import to_hex
 from bucketsearch.index.storage import exports
 
-router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
-                   responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
+router = APIRouter(prefix="/v1/indexes", tags=["indexes"])
 
 RAW_LAYOUT = """\
 Two bodies are accepted (pick with Content-Type):

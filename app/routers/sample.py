@@ -9,11 +9,9 @@ from fastapi import APIRouter, Query, Request, Response
 
 from bucketsearch.app.deps import EntryDep, ReadAuth
 from bucketsearch.app.parsing import wants_binary
-from bucketsearch.app.schemas import error_responses
 from bucketsearch.index.codes import n_words, to_hex, to_packed
 
-router = APIRouter(prefix="/v1/indexes", tags=["indexes"],
-                   responses=error_responses(400, 401, 403, 404, 503))
+router = APIRouter(prefix="/v1/indexes", tags=["indexes"])
 
 #: most codes one sample request returns
 MAX_SAMPLE = 10_000

@@ -40,13 +40,12 @@ from bucketsearch.app.budget import answer_bound, knn_work, range_work
 from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
 from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
-from bucketsearch.app.schemas import (SearchRequest, SearchResponse, error_responses,
+from bucketsearch.app.schemas import (SearchRequest, SearchResponse,
                                       json_or_octet_body)
 from bucketsearch.index.base import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import with_probe_limit
 
-router = APIRouter(prefix="/v1/indexes", tags=["search"],
-                   responses=error_responses(400, 401, 403, 404, 413, 415, 503))
+router = APIRouter(prefix="/v1/indexes", tags=["search"])
 
 
 class RequestProbeLimit(ProbeLimitError):
