@@ -81,17 +81,18 @@ def largest_bucket(main) -> int:
         return _LARGEST_BUCKET[main]
     except (KeyError, TypeError):
         pass
+    table = getattr(main, "table", None) or getattr(getattr(main, "single", None), "table",
+                                                    None)
     if not main.ntotal:
         m = 0
-    else:
-        table = getattr(main, "table", None) or getattr(getattr(main, "single", None),
-                                                        "table", None)
-        if table is not None:
-            m = int(np.asarray(table.bucket_sizes()).max(initial=0))
-        else:  # words sorted by (code, id): equal codes are adjacent
-            words = np.asarray(main.words)
-            change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
-            m = int(np.diff(np.concatenate([[0], change, [len(words)]])).max(initial=0))
+    elif table is not None:
+        m = int(np.asarray(table.bucket_sizes()).max(initial=0))
+    elif getattr(main, "words", None) is None:  # no arrays here (a sharded index's summary)
+        m = int(main.ntotal)
+    else:  # words sorted by (code, id): equal codes are adjacent
+        words = np.asarray(main.words)
+        change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
+        m = int(np.diff(np.concatenate([[0], change, [len(words)]])).max(initial=0))
     try:
         _LARGEST_BUCKET[main] = m
     except TypeError:

@@ -84,6 +84,7 @@ def test_a_request_over_the_budget_is_refused_before_memory_grows(budget_server,
         detail = res.json()["detail"]
         assert "max_request_memory" in detail or "max_request_compares" in detail, detail
         assert "BUCKETSEARCH_MAX_REQUEST_" in detail
+        print(f"{route}: refused, peak RSS - RSS before = {(peak - before) / 1024:.1f} MB")
         assert (peak - before) * 1024 < 100 * MB, (route, before, peak)
         # and the server still serves: a request within the budget runs
         ok = c.post("/v1/indexes/ix/cost-model/calibrate", json={"queries": 16,
@@ -159,3 +160,16 @@ def test_a_small_search_with_a_huge_answer_does_not_run_on_the_event_loop(tmp_pa
         entry = c.app.state.registry.entries["ix"]
         assert runs_inline(entry, SearchJob(pack_hex(["abcd"], 16), 1, None, False, False,
                                             0.0))
+
+
+def test_a_main_without_arrays_is_bounded_by_its_size():
+    """A sharded index's state has counts only (app/shards.py ShardMain): the largest bucket
+    is then bounded by the item count, never an AttributeError (a 500)."""
+    from types import SimpleNamespace
+    main = SimpleNamespace(ntotal=1000, max_probes=10**7, probe_count=lambda r, nq=1: 65)
+    state = SimpleNamespace(main=main, bits=64, delta_ids=[0] * 10)
+    assert budget.largest_bucket(main) == 1000
+    assert budget.answer_bound(state, 3, 1) == 3 * (1000 + 10)
+    work = budget.range_work(state, main, 3, 1, max_results=100)
+    assert work.probes == 3 * 65 and work.compares == 3 * 10
+    assert work.memory == 100 * budget.RESULT_BYTES + budget.stats_bytes(3, 2)
