@@ -47,6 +47,7 @@ def test_schemathesis_every_check_finds_nothing(st_server, tmp_path):
            "--exclude-checks", "positive_data_acceptance", "-H", f"Authorization: Bearer {KEY}",
            "--max-examples", str(MAX_EXAMPLES), "--generation-deterministic",
            "--continue-on-failure", "--suppress-health-check", "all",
+           "--request-timeout", "60",  # a loaded CI machine: a calibration may take seconds
            "--report-dir", str(tmp_path / "report")]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "st_checks", "ST_CHECKS_LOG": str(log),
            "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
