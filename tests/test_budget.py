@@ -173,3 +173,31 @@ def test_a_main_without_arrays_is_bounded_by_its_size():
     work = budget.range_work(state, main, 3, 1, max_results=100)
     assert work.probes == 3 * 65 and work.compares == 3 * 10
     assert work.memory == 100 * budget.RESULT_BYTES + budget.stats_bytes(3, 2)
+
+
+@pytest.fixture(scope="module")
+def small_budget(tmp_path_factory):
+    """In process, the smallest memory budget (1 MiB), a 16-bit index of 2,000 items."""
+    with app_client(tmp_path_factory.mktemp("small") / "d", max_request_memory=1 << 20) as c:
+        c.post("/v1/indexes", json={"name": "ix", "bits": 16})
+        c.post("/v1/indexes/ix/items", json={"ids": list(range(2000)),
+                                            "codes": _random_hex(2000, 16, seed=9)})
+        c.post("/v1/indexes/ix/merge")
+        yield c
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/v1/indexes/ix/radius-profile?queries=1024&max_distance=4", None),
+    ("POST", "/v1/indexes/ix/search", {"codes": _random_hex(200, 16, seed=4), "k": 200}),
+    ("POST", "/v1/indexes/ix/search", {"codes": _random_hex(200, 16, seed=4),
+                                       "max_distance": 6}),
+    ("POST", "/v1/indexes/ix/cost-model/calibrate", {"queries": 5000, "max_distance": 8}),
+])
+def test_every_route_that_searches_checks_the_memory_budget(small_budget, method, path, body):
+    res = small_budget.request(method, path, json=body)
+    assert res.status_code == 400, res.text[:300]
+    detail = res.json()["detail"]
+    assert "max_request_memory=1,048,576 (BUCKETSEARCH_MAX_REQUEST_MEMORY)" in detail, detail
+    small = small_budget.post("/v1/indexes/ix/search", json={"codes": ["0000"],
+                                                             "max_distance": 1})
+    assert small.status_code == 200
