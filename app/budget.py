@@ -75,12 +75,18 @@ class Work:
 _LARGEST_BUCKET: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _cached_bucket(main) -> int | None:
+    try:
+        return _LARGEST_BUCKET.get(main)
+    except TypeError:  # not weak-referenceable: never cached
+        return None
+
+
 def largest_bucket(main) -> int:
     """Most items sharing one code in the main table (``m``; cached per snapshot table)."""
-    try:
-        return _LARGEST_BUCKET[main]
-    except (KeyError, TypeError):
-        pass
+    m = _cached_bucket(main)
+    if m is not None:
+        return m
     table = getattr(main, "table", None) or getattr(getattr(main, "single", None), "table",
                                                     None)
     if not main.ntotal:
@@ -113,12 +119,20 @@ def plan_mode(main, radius: int | None, nq: int, k: int | None = None) -> str:
     return main.plan(max_distance=radius, k=k, nq=nq)["mode"]
 
 
-def answer_bound(state, nq: int, radius: int) -> int:
+def ball_items(main, bits: int, radius: int) -> int:
+    """Most items of ``main`` one ball of ``radius`` holds: ``min(N, ball(R) x m)``."""
+    return min(int(main.ntotal), ball(bits, radius) * largest_bucket(main))
+
+
+def answer_bound(state, nq: int, radius: int, cached_only: bool = False) -> int | None:
     """Most ids a radius-``radius`` search of ``nq`` queries can return from ``state``:
-    ``nq x min(N_main, ball(R) x m) + nq x delta``."""
+    ``nq x min(N_main, ball(R) x m) + nq x delta``. ``cached_only``: None instead of
+    computing ``m`` of a snapshot not seen yet (an O(buckets) pass: the event loop asks this,
+    and sends such a search to the thread pool, where its budget check computes it)."""
     main = state.main
-    per_query = min(int(main.ntotal), ball(state.bits, radius) * largest_bucket(main))
-    return nq * (per_query + len(state.delta_ids))
+    if cached_only and main.ntotal and _cached_bucket(main) is None:
+        return None
+    return nq * (ball_items(main, state.bits, radius) + len(state.delta_ids))
 
 
 def stats_bytes(nq: int, width: int) -> int:
@@ -165,7 +179,7 @@ def check_calibration(state, queries: int, max_distance: int, settings) -> None:
         total.probes += queries * main.probe_count(r, queries)
         total.compares += queries * int(main.ntotal) * scan
         kept += 2 * stats_bytes(queries, r + 1)
-        answer = queries * min(int(main.ntotal), ball(state.bits, r) * largest_bucket(main))
+        answer = queries * ball_items(main, state.bits, r)
         peak = max(peak, answer * RESULT_BYTES + stats_bytes(queries, state.bits + 1 if scan
                                                              else r + 1))
     total.memory = kept + peak

@@ -147,6 +147,11 @@ def test_a_small_search_with_a_huge_answer_does_not_run_on_the_event_loop(tmp_pa
         c.post("/v1/indexes/ix/merge")
         c.post("/v1/indexes/ix/items", json={"ids": [90000], "codes": ["0001"]})
         entry = c.app.state.registry.entries["ix"]
+        # the first search of a snapshot runs in the thread pool, where its budget check
+        # finds the largest bucket (an O(buckets) pass kept off the event loop)
+        assert not runs_inline(entry, SearchJob(pack_hex(["0001"], 16), 0, None, False, False,
+                                                0.0))
+        c.post("/v1/indexes/ix/search", json={"codes": ["0001"], "max_distance": 0})
         big = SearchJob(pack_hex(["abcd"] * 128, 16), 0, None, False, False, 0.0)
         assert 128 * entry.live.state.main.probe_count(0) <= 5_000  # few probes
         assert not runs_inline(entry, big)
@@ -158,6 +163,7 @@ def test_a_small_search_with_a_huge_answer_does_not_run_on_the_event_loop(tmp_pa
         c.post("/v1/indexes/ix/items", json={"ids": [1, 2], "codes": ["abcd", "0000"]})
         c.post("/v1/indexes/ix/merge")
         entry = c.app.state.registry.entries["ix"]
+        c.post("/v1/indexes/ix/search", json={"codes": ["abcd"], "max_distance": 1})
         assert runs_inline(entry, SearchJob(pack_hex(["abcd"], 16), 1, None, False, False,
                                             0.0))
 

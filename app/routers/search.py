@@ -123,9 +123,11 @@ def runs_inline(entry, job: SearchJob) -> bool:
         return False
     state = entry.live.state
     nq = len(job.xq)
-    return len(state.delta_ids) <= INLINE_MAX_DELTA \
-        and 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES \
-        and answer_bound(state, nq, job.max_distance) <= INLINE_MAX_RESULTS
+    if len(state.delta_ids) > INLINE_MAX_DELTA \
+            or not 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES:
+        return False
+    answer = answer_bound(state, nq, job.max_distance, cached_only=True)
+    return answer is not None and answer <= INLINE_MAX_RESULTS
 
 
 @router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth],
