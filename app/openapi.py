@@ -60,7 +60,6 @@ COMMON_RESPONSES = {
     503: "too many requests in flight (Retry-After), starting (see /readyz), or the index is "
          "unavailable or corrupt (its state and reason: GET /v1/indexes)",
 }
-GUARD_RESPONSES = COMMON_RESPONSES  # the guard's answers are among them
 
 
 def error_codes(path: str, op: dict, permission: str, keyed: bool) -> list[int]:
