@@ -175,7 +175,9 @@ class RadiusStats(BaseModel):
     empty_buckets: int
     items: int = Field(description="items found in the probed buckets of the main table")
     lookup_ns: int = Field(description="measured time of this radius (in-kernel clock)")
-    modeled_ns: float | None = Field(description="t0 * probes (null before any calibration)")
+    modeled_ns: float | None = Field(description="the paper's t0 * probes for a query the "
+                                     "single table ran (null for mih or scan, or before "
+                                     "any t0)")
     candidates: int | None = Field(None, description="multi-index hashing: substring-bucket "
                                    "entries examined at this step (absent otherwise)")
     unique_candidates: int | None = Field(None, description="multi-index hashing: items first "
@@ -201,6 +203,13 @@ class SearchResponse(BaseModel):
     scanned_from: list[int] | None = Field(None, description="with stats: per query, the "
                                            "radius from which a k-NN query ranked codes by a "
                                            "scan instead of probing (-1: it did not)")
+    engine: list[str] | None = Field(None, description="with stats: per query, the engine "
+                                     "that ran it (single, mih, scan; mode auto: its plan)")
+    total_ns: list[int] | None = Field(None, description="with stats: per query, its whole "
+                                       "in-kernel time (ns), what each engine's model charges")
+    codes_compared: list[int] | None = Field(None, description="with stats: per query, codes "
+                                             "compared by a linear pass (a scan, or a k-NN "
+                                             "query's switch to one)")
     plan: dict | None = Field(None, description="with stats, mode auto: the path the planner "
                               "ran and the predicted per-query ns that chose it")
     took_ms: float

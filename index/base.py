@@ -92,6 +92,12 @@ def probe_counts(bits: int, max_radius: int) -> list[int]:
 MAX_PLANS = 16
 #: Per-radius arrays of :class:`SearchStats` beyond :data:`STAT_FIELDS` (multi-index hashing).
 CANDIDATE_FIELDS = ("candidates", "unique_candidates")
+#: Per-query fields some engines leave None, and the value of a query that lacks them when
+#: :meth:`SearchStats.concat` joins batches of different engines (an ``auto`` index's plans)
+OPTIONAL_PER_QUERY = {"candidates": 0, "unique_candidates": 0, "scanned_from": -1,
+                      "engine": 0, "k": 0, "codes_compared": 0}
+#: Per-query ``SearchStats.engine`` codes: the engine that ran the query (0: not recorded).
+ENGINES = ("", "single", "mih", "scan")
 
 
 def stack_padded(arrays, width: int):
@@ -126,6 +132,13 @@ class SearchStats:
     bucket entries examined / first visits); the planner adds ``plan`` (the path that ran and the
     predicted costs that chose it); the live index adds ``delta_items`` (items of the delta
     segment scanned linearly per query) and ``delta_ns`` (wall-clock ns of that scan, batch).
+
+    What each query ran, per query ``(nq,)`` (set by every engine, :meth:`IndexBase._tagged`):
+    ``engine`` (an index into :data:`ENGINES`: the engine that ran it, so a batch of an
+    ``auto`` index or the concatenation of several batches keeps it per query), ``k`` (the k of
+    a k-NN query, 0 for a range query; a k-NN query's radius reached is ``radii[q] - 1``) and
+    ``codes_compared`` (codes whose full distance a linear pass computed: ``ntotal`` for a scan,
+    and for a k-NN query that switched to a scan at ``scanned_from``; 0 otherwise).
     """
 
     probes: np.ndarray
@@ -138,12 +151,22 @@ class SearchStats:
     candidates: np.ndarray | None = None
     unique_candidates: np.ndarray | None = None
     scanned_from: np.ndarray | None = None
+    engine: np.ndarray | None = None
+    k: np.ndarray | None = None
+    codes_compared: np.ndarray | None = None
     plan: dict | None = None
     delta_items: int = 0
     delta_ns: int = 0
 
     #: fields holding one row per query (what :meth:`rows`, :meth:`concat`, :meth:`scatter` move)
-    PER_QUERY = STAT_FIELDS + ("radii", "total_ns") + CANDIDATE_FIELDS + ("scanned_from",)
+    PER_QUERY = STAT_FIELDS + ("radii", "total_ns") + CANDIDATE_FIELDS + (
+        "scanned_from", "engine", "k", "codes_compared")
+
+    def engine_names(self) -> list[str]:
+        """Per query, the name of the engine that ran it ("" when not recorded)."""
+        if self.engine is None:
+            return [""] * len(self.radii)
+        return [ENGINES[int(e)] for e in self.engine]
 
     def radius_fields(self) -> tuple[str, ...]:
         """Per-radius fields this search recorded: :data:`STAT_FIELDS` plus the candidate
@@ -185,11 +208,20 @@ class SearchStats:
         """The queries of ``parts`` one after the other; per-radius arrays zero-padded to the
         widest. A field is kept when every part has it; ``plan`` is the parts' common plan, or
         ``{"mode": "mixed", "modes": [...], "plans": [...]}`` (the first :data:`MAX_PLANS`
-        distinct ones) when they ran different plans; the delta figures are summed."""
+        distinct ones) when they ran different plans; the delta figures are summed. A field of
+        :data:`OPTIONAL_PER_QUERY` that only some parts have is kept, the others' rows blank
+        (so the candidates of the multi-index batches survive beside single-table ones)."""
         width = max(p.probes.shape[1] for p in parts)
 
         def stack(name):
-            return stack_padded([getattr(p, name) for p in parts], width)
+            arrays = [getattr(p, name) for p in parts]
+            have = next((a for a in arrays if a is not None), None)
+            if have is not None and name in OPTIONAL_PER_QUERY:
+                # a part of another engine lacks the field: its rows hold the blank value
+                arrays = [a if a is not None else np.full(
+                    (len(p.radii),) + have.shape[1:], OPTIONAL_PER_QUERY[name], have.dtype)
+                    for a, p in zip(arrays, parts)]
+            return stack_padded(arrays, width)
 
         plans = []  # the distinct plans, at most MAX_PLANS kept
         for p in parts:
@@ -526,6 +558,20 @@ class IndexBase:
 
     def _knn_csr(self, xq, k, stats, max_radius):
         return self._run(xq, max_radius, k, stats)
+
+    def _tagged(self, st: SearchStats, k: int) -> SearchStats:
+        """``st`` with what each query ran (``engine``, ``k``, ``codes_compared``; see
+        :class:`SearchStats`): three small arrays, made only when statistics were asked."""
+        nq = len(st.radii)
+        st.engine = np.full(nq, ENGINES.index(self.kind), dtype=np.int8)
+        st.k = np.full(nq, max(int(k), 0), dtype=np.int32)
+        if self.kind == "scan":
+            st.codes_compared = np.full(nq, self.ntotal, dtype=np.int64)
+        elif st.scanned_from is not None:
+            st.codes_compared = np.where(st.scanned_from >= 0, self.ntotal, 0).astype(np.int64)
+        else:
+            st.codes_compared = np.zeros(nq, dtype=np.int64)
+        return st
 
     def save(self, path) -> None:
         """Write a checksummed snapshot directory (see :mod:`index.storage.store`): the manifest's

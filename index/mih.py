@@ -740,7 +740,8 @@ class MultiIndex(IndexBase):
                 flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
         lims, D, I, rest = self._chunked(xq, args)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
-        return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
+        return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
+                else (lims, D, I))
 
     def _run_exact(self, xq, R, stats, max_results):
         """Range search with ``R < m`` of one-word codes: :func:`_mih_exact_kernel` (R + 1
@@ -754,7 +755,7 @@ class MultiIndex(IndexBase):
             _mih_exact_kernel, xq, R + 1, stats, UNIQUE_CANDIDATES + 1, self.threads, args,
             self._exact_entries, stats_none=True)
         raise_if_reached(max_results, reached, lims)
-        return (lims, D, I, st) if stats else (lims, D, I)
+        return (lims, D, I, self._tagged(st, -1)) if stats else (lims, D, I)
 
     def _chunked(self, xq, args):
         """:func:`run_chunked` over query chunks, each with its own visit-stamp array."""

@@ -573,7 +573,8 @@ class HammingIndex(IndexBase):
         lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
                                        self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
-        return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
+        return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
+                else (lims, D, I))
 
     def _run_range_word(self, xq, R, stats, max_results):
         """Range search of one-word codes: :func:`_range_word_kernel` (radius 0:
@@ -590,7 +591,7 @@ class HammingIndex(IndexBase):
                                                         self.threads, args, bound.compiled)
         if max_results is not None:
             raise_if_reached(max_results, reached, lims)
-        return (lims, D, I, st) if stats else (lims, D, I)
+        return (lims, D, I, self._tagged(st, -1)) if stats else (lims, D, I)
 
     def _check_probe_limit(self, R: int) -> None:
         probes = self.probe_count(R)

@@ -265,7 +265,8 @@ class LinearScan(IndexBase):
             lambda chunk: _scan_kernel(chunk, self.words, self.ids, self.bits, max_radius, k,
                                        stats, cap, stop), xq, self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
-        return (lims, D, I, stats_from_chunks(rest)) if stats else (lims, D, I)
+        return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
+                else (lims, D, I))
 
     def _run_range_word(self, xq, R, stats, max_results):
         """Range search of one-word codes: :func:`_scan_word_kernel`, resumable over the
@@ -276,4 +277,4 @@ class LinearScan(IndexBase):
                                                         len(STAT_FIELDS), self.threads, args,
                                                         self._entries)
         raise_if_reached(max_results, reached, lims)
-        return (lims, D, I, st) if stats else (lims, D, I)
+        return (lims, D, I, self._tagged(st, -1)) if stats else (lims, D, I)

@@ -10,9 +10,16 @@ the data cannot identify reported and left out), per radius ``radii`` (measured 
 cumulative ``T(R)`` p50/p90/p99, ``t0 C(Q, r)`` and ``t0 sum_{i<=r} C(Q, i)``, ``T(R)/T(0)``
 beside ``sum_{i<=R} C(Q, i)``, mean empty buckets, ``queries``, ``empty_ball_queries``) and the
 verdicts (docs/cost-model.md). Beside it, ``model.server`` shows the server's own estimates
-(``GET /v1/indexes/{name}/cost-model``: each with its ``source`` and ``estimator``). Per query
-class, ``modeled_ns = t0 P(R)`` with ``P(R) = sum_{r<=R} C(Q, r)`` and the t0 named in
-``model.modeled_with`` (this run's ``radius_fit``; the server's t0 when the run measured none).
+(``GET /v1/indexes/{name}/cost-model``: each with its ``source`` and ``estimator``).
+
+What ran is charged by its own model: ``model.engines``
+(:func:`~bucketsearch.index.costmodel.engines.engine_report`) charges every sampled query by the
+model of the engine that ran it (single table, multi-index hashing, scan; an ``auto`` index's
+plan per query), per class and radius with the engine's share, counters, modeled and measured
+cost, their ratio and the verdict per model. The paper's model (``fit_all`` above) is judged
+only on the range queries that ran single-table probing (``model.paper_scope``); beside every
+row it stands as one column, ``paper_ns = t0 x sum_c`` with ``sum_c = sum_{i<=R} C(Q, i)`` and
+the t0 named in ``model.modeled_with`` (this run's ``radius_fit``; else the server's).
 
 Without the server's per-radius counters (a run with ``--no-stats``, the default of ``--wire
 binary``) nothing of that is measured: the report says so (``model.available`` false and the
@@ -36,6 +43,8 @@ from importlib import metadata
 import numpy as np
 
 from bucketsearch.index.costmodel import describe, fit_all
+from bucketsearch.index.costmodel.engines import (LEGEND, TABLE_COLUMNS, QuerySamples,
+                                                  describe_models, engine_report, table_cells)
 from bucketsearch.index.metrics import to_jsonable
 from bucketsearch.loadtest.stats import LoadStats
 from bucketsearch.loadtest.workload import probes_upto
@@ -69,7 +78,8 @@ def server_estimates(cost_model: dict | None) -> dict | None:
 
 
 def modeled_with(fit: dict | None, server: dict | None, queries: int) -> dict | None:
-    """The t0 of the per-class ``modeled_ns``: this run's ``radius_fit``, else the server's."""
+    """The t0 of the paper column (``paper_ns``): this run's ``radius_fit``, else the
+    server's."""
     if fit is not None and fit.get("t0_ns"):
         return {"t0_ns": fit["t0_ns"], "estimator": fit["t0_estimator"],
                 "source": f"this run ({queries} sampled queries)"}
@@ -86,21 +96,25 @@ def _lat_ms(dist) -> dict:
 
 
 def _class_entry(cls, bits: int, t0: float | None) -> dict:
-    probes_model = probes_upto(bits, cls.radius) if cls.radius is not None else None
-    if cls.probes:
-        probes = sum(p * c for p, c in cls.probes.items()) / sum(cls.probes.values())
-    else:
-        probes = probes_model
+    """One query class's figures: client latencies, the server's counters per query, and for a
+    radius class the paper's single-table charge ``paper_ns = t0 x sum_c`` (``sum_c = sum_{i<=R}
+    C(Q, i)``, named as such; what ran is charged by its own model in ``model.engines``)."""
+    sum_c = probes_upto(bits, cls.radius) if cls.radius is not None else None
+    probes = (sum(p * c for p, c in cls.probes.items()) / sum(cls.probes.values())
+              if cls.probes else None)
     lookup = cls.lookup_ns.summary()
+    kernel = cls.kernel_ns.summary()
     nq = cls.server_queries
-    entry = {
+    return {
         "label": cls.label, "radius": cls.radius, "k": cls.k,
-        "probes": probes, "probes_model": probes_model,
-        "modeled_ns": t0 * probes_model if (t0 and probes_model is not None) else None,
-        "server_modeled_ns": cls.modeled_ns_total / cls.modeled_count if cls.modeled_count
-        else None,
+        "probes": probes, "sum_c": sum_c,
+        "paper_ns": t0 * sum_c if (t0 and sum_c is not None) else None,
+        "engines": dict(sorted(cls.engines.items())),
         "server_lookup_ns": {"p50": lookup["p50"], "p99": lookup["p99"], "mean": lookup["mean"],
                              "count": lookup["count"]},
+        "server_kernel_ns": {"p50": kernel["p50"], "p99": kernel["p99"], "mean": kernel["mean"],
+                             "count": kernel["count"]},
+        "radius_reached": _reached(cls.reached),
         "latency_ms": _lat_ms(cls.latency_us),
         "service_ms": _lat_ms(cls.service_us),
         "count": cls.requests, "queries": cls.queries, "errors": cls.errors,
@@ -111,11 +125,15 @@ def _class_entry(cls, bits: int, t0: float | None) -> dict:
         "empty_fraction": (cls.empty_total / (cls.empty_total + cls.nonempty_total)
                            if cls.empty_total + cls.nonempty_total else None),
     }
-    if entry["modeled_ns"] and lookup["p50"]:
-        entry["measured_over_modeled"] = lookup["p50"] / entry["modeled_ns"]
-    else:
-        entry["measured_over_modeled"] = None
-    return entry
+
+
+def _reached(counts) -> dict | None:
+    """``{p50, max}`` of the radius each query reached (a Counter radius -> queries)."""
+    if not counts:
+        return None
+    radii = sorted(counts)
+    cum = np.cumsum([counts[r] for r in radii])
+    return {"p50": int(radii[int(np.searchsorted(cum, (cum[-1] + 1) // 2))]), "max": radii[-1]}
 
 
 def unavailable_reason(params: dict, sampled: int) -> str | None:
@@ -130,17 +148,41 @@ def unavailable_reason(params: dict, sampled: int) -> str | None:
     return "no measured request returned the server's per-radius counters"
 
 
+def paper_scope(kept: list) -> tuple[list, str]:
+    """The sampled queries the paper's model is judged on: range queries that ran single-table
+    probing (every range query when the server did not say which engine ran; the note says)."""
+    if kept and not any(q.engine for q in kept):
+        return ([q for q in kept if q.k == 0],
+                "range queries (the server did not say which engine ran them)")
+    return ([q for q in kept if q.k == 0 and q.engine == "single"],
+            "range queries that ran single-table probing")
+
+
 def build_model(stats: LoadStats, params: dict, bits: int, cost_model: dict | None) -> dict:
-    """``report["model"]``: :func:`~bucketsearch.index.costmodel.fit_all` of the sampled
-    queries (keys spread in), ``available``/``unavailable``, ``sample``, ``server`` and
-    ``modeled_with`` (see the module docstring)."""
+    """``report["model"]``: :func:`~bucketsearch.index.costmodel.fit_all` of the sampled range
+    queries that ran single-table probing (the paper's model: keys spread in, ``paper_scope``),
+    ``engines`` (:func:`~bucketsearch.index.costmodel.engines.engine_report`: every sampled
+    query charged by the model of the engine that ran it), ``available``/``unavailable``,
+    ``sample``, ``server`` and ``modeled_with`` (see the module docstring)."""
     reservoir = stats.reservoir
     missing = unavailable_reason(params, reservoir.seen)
-    fit = None if missing else to_jsonable(fit_all(reservoir.records(), bits))
+    scope, scope_note = paper_scope(reservoir.kept)
+    fit = None if missing or not scope else to_jsonable(
+        fit_all([q.records() for q in scope], bits))
     server = server_estimates(cost_model)
+    used = modeled_with(fit, server, len(scope))
+    engines = None
+    if not missing:
+        paper = (fit or {}).get("verdicts", {}).get("paper_model")
+        engines = to_jsonable(engine_report(
+            QuerySamples.from_queries([q.query() for q in reservoir.kept]), bits,
+            (used or {}).get("t0_ns"), (used or {}).get("estimator"),
+            {**paper, "queries": len(scope)} if paper else {"holds_at": [], "fails_at": []}))
     return {"available": missing is None, "unavailable": missing, **(fit or {}),
-            "sample": reservoir.describe(), "server": server,
-            "modeled_with": modeled_with(fit, server, len(reservoir.kept))}
+            "paper_scope": {"queries": len(scope), "of": len(reservoir.kept),
+                            "which": scope_note},
+            "engines": engines, "sample": reservoir.describe(), "server": server,
+            "modeled_with": used}
 
 
 def build_report(stats: LoadStats, params: dict, bits: int, cost_model: dict | None = None,
@@ -233,36 +275,93 @@ def print_report(report: dict, console=None) -> None:
     if model.get("available") is False:
         _print_client_side(report, console)
         return
-    t = Table(title=escape(f"measured vs modeled per query class ({_t0_name(model)})"))
-    for col in ("R", "probes", "t0*P", "lookup p50", "lookup p99", "lat p50 ms", "lat p99 ms",
-                "meas/model", "empty", "n"):
-        t.add_column(col, justify="right")
-    for e in report["per_radius"] + report["knn"]:
-        lk = e["server_lookup_ns"]
-        ratio = e["measured_over_modeled"]
-        t.add_row(str(e["radius"]) if e["radius"] is not None else e["label"],
-                  f"{e['probes']:,.0f}" if e["probes"] is not None else "-",
-                  _fmt_ns(e["modeled_ns"]), _fmt_ns(lk["p50"]), _fmt_ns(lk["p99"]),
-                  _fmt_ms(e["latency_ms"]["p50"]), _fmt_ms(e["latency_ms"]["p99"]),
-                  "-" if ratio is None else f"{ratio:.3g}",
-                  "-" if e["empty_fraction"] is None else f"{e['empty_fraction']:.1%}",
-                  str(e["count"]))
-    console.print(t)
+    print_classes(report, console)
+    print_engines(model.get("engines"), console)
     sample = model["sample"]
     console.print(f"sample: {sample['queries_kept']:,} of {sample['queries_seen']:,} measured "
                   f"queries (uniform, at most {sample['capacity']:,})", highlight=False)
-    console.print(describe(model), markup=False, highlight=False, soft_wrap=True)
+    scope = model["paper_scope"]
+    console.print(f"the paper's single-table model, judged on {scope['queries']:,} of the "
+                  f"{scope['of']:,} sampled queries ({scope['which']}):", highlight=False)
+    if model.get("radii"):
+        console.print(describe(model), markup=False, highlight=False, soft_wrap=True)
+    else:
+        console.print("  no such query: the paper's model is not judged on this run",
+                      highlight=False)
     _print_server_estimates(model.get("server"), console)
     for w in report["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
+CLASS_LEGEND = {
+    "class": "query class (rR: range search at radius R; knnK: k nearest)",
+    "engines": "the engines that ran the class's queries, with their share",
+    "reached": "k-NN: the radius its expansion reached (the k-th distance), p50 / max",
+    "probes": "mean bucket probes per query, of the engine that ran it",
+    "kernel p50": "median in-kernel time of a query (total_ns)",
+    "lat p50/p99 ms": "client latency from the intended send",
+    "n": "requests",
+}
+
+
+def print_classes(report: dict, console) -> None:
+    """Per query class: what ran (engines, share), its work and times, client latencies."""
+    from rich.table import Table
+
+    t = Table(title="per query class (what ran)")
+    for col in ("class", "engines", "reached", "probes", "kernel p50", "lat p50 ms",
+                "lat p99 ms", "errors", "n"):
+        t.add_column(col, justify="right")
+    for e in report["per_radius"] + report["knn"]:
+        n = sum(e["engines"].values())
+        engines = ", ".join(f"{k} {v / n:.0%}" for k, v in e["engines"].items()) if n else "-"
+        reached = e.get("radius_reached")
+        t.add_row(e["label"], engines,
+                  "-" if e["radius"] is not None or not reached
+                  else f"{reached['p50']} / {reached['max']}",
+                  "-" if e["probes"] is None else f"{e['probes']:,.4g}",
+                  _fmt_ns(e["server_kernel_ns"]["p50"]), _fmt_ms(e["latency_ms"]["p50"]),
+                  _fmt_ms(e["latency_ms"]["p99"]), str(e["errors"]), str(e["count"]))
+    console.print(t)
+    console.print("  " + "; ".join(f"{k}: {v}" for k, v in CLASS_LEGEND.items()),
+                  markup=False, highlight=False)
+
+
+def print_engines(engines: dict | None, console) -> None:
+    """The cost model of what ran (:mod:`index.costmodel.engines`): the table, every column
+    defined, the models line by line, the verdicts per model."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if not engines:
+        return
+    t0 = engines.get("paper_t0_ns")
+    t = Table(title=escape(
+        f"measured vs modeled: each query charged by the model of the engine that ran it; "
+        f"paper t0 [{engines.get('paper_t0_estimator') or 'none'}] = {_fmt_ns(t0)}"))
+    for col in TABLE_COLUMNS:
+        t.add_column(escape(col), justify="right")
+    for row in engines["rows"]:
+        t.add_row(*table_cells(row))
+    console.print(t)
+    console.print("columns:", highlight=False)
+    for key, text in LEGEND.items():
+        console.print(f"  {key}: {text}", markup=False, highlight=False)
+    console.print("models (one line per term: coefficient x the counter it multiplies):",
+                  highlight=False)
+    for line in describe_models(engines):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"verdicts ({engines['verdicts']['rule']}):", markup=False, highlight=False)
+    for line in engines["verdicts"]["summary"]:
+        console.print(f"  {line}", markup=False, highlight=False)
+
+
 def _t0_name(model: dict) -> str:
-    """``t0 [estimator] = x ns, source`` of the per-class ``modeled_ns`` (or why there is none)."""
+    """``t0 [estimator] = x ns, source`` of the paper column (or why there is none)."""
     used = model.get("modeled_with")
     if not used:
         return "no t0: neither this run nor the server measured one"
-    return f"t0*P with t0 [{used['estimator']}] = {_fmt_ns(used['t0_ns'])}, {used['source']}"
+    return f"t0 [{used['estimator']}] = {_fmt_ns(used['t0_ns'])}, {used['source']}"
 
 
 def _print_server_estimates(server: dict | None, console) -> None:
@@ -285,17 +384,18 @@ def _print_client_side(report: dict, console) -> None:
 
     model = report["model"]
     t = Table(title="per query class (client side)")
-    for col in ("class", "probes (model)", "t0*P", "lat p50 ms", "lat p99 ms", "svc p50 ms",
-                "results/query", "errors", "n"):
+    for col in ("class", "sumC(Q,i<=R)", "paper t0*sumC", "lat p50 ms", "lat p99 ms",
+                "svc p50 ms", "results/query", "errors", "n"):
         t.add_column(col, justify="right")
     for e in report["per_radius"] + report["knn"]:
         rpq = e.get("results_per_query")
-        t.add_row(e["label"], "-" if e["probes_model"] is None else f"{e['probes_model']:,}",
-                  _fmt_ns(e["modeled_ns"]), _fmt_ms(e["latency_ms"]["p50"]),
+        t.add_row(e["label"], "-" if e["sum_c"] is None else f"{e['sum_c']:,}",
+                  _fmt_ns(e["paper_ns"]), _fmt_ms(e["latency_ms"]["p50"]),
                   _fmt_ms(e["latency_ms"]["p99"]), _fmt_ms(e["service_ms"]["p50"]),
                   "-" if rpq is None else f"{rpq:.3g}", str(e["errors"]), str(e["count"]))
     console.print(t)
-    console.print(f"t0*P: {_t0_name(model)}", markup=False, highlight=False)
+    console.print(f"paper t0*sumC: the paper's single-table model, t0 x sum_(i<=R) C(Q, i), "
+                  f"{_t0_name(model)}", markup=False, highlight=False)
     console.print(f"measured vs modeled per radius: unavailable ({model['unavailable']})")
     _print_server_estimates(model.get("server"), console)
     for w in report["warnings"]:

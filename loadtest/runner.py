@@ -166,9 +166,10 @@ def make_client(url: str, max_connections: int, timeout: float,
 
 
 def _parse_response(res: RequestResult, content: bytes, content_type: str = "") -> None:
-    res.n_results, stats = search_summary(content, content_type)
+    res.n_results, stats, info = search_summary(content, content_type)
     if stats:
-        res.server = [QueryStats.from_server(rings) for rings in stats]
+        res.server = [QueryStats.from_server(rings, info[i] if info else None, res.k)
+                      for i, rings in enumerate(stats)]
 
 
 class _Shared:

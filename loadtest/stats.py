@@ -87,16 +87,36 @@ class QueryStats:
     modeled_ns: float | None = None
     #: per ring r: (probes, nonempty_buckets, empty_buckets, items, lookup_ns[, candidates])
     rings: tuple[tuple[int, ...], ...] = ()
+    #: what ran (the answer's per-query ``engine``, ``total_ns``, ``codes_compared``; "" and
+    #: None from a server that does not say) and the k of a k-NN query (0: range)
+    engine: str = ""
+    total_ns: int | None = None
+    codes_compared: int = 0
+    k: int = 0
 
     @classmethod
-    def from_server(cls, rings: list[dict]) -> "QueryStats":
-        """Sum the server's per-radius entries ``[{"radius", "probes", ...}, ...]`` of one query."""
+    def from_server(cls, rings: list[dict], info: dict | None = None,
+                    k: int | None = None) -> "QueryStats":
+        """Sum the server's per-radius entries ``[{"radius", "probes", ...}, ...]`` of one query;
+        ``info``: its per-query figures ``{"engine", "total_ns", "codes_compared"}``."""
         modeled = [ring.get("modeled_ns") for ring in rings]
         fields = RING_FIELDS if rings and "candidates" in rings[0] else RING_FIELDS[:-1]
         kept = tuple(tuple(int(ring.get(f) or 0) for f in fields) for ring in rings)
         sums = [sum(col) for col in zip(*kept)] or [0] * len(fields)
+        info = info or {}
         return cls(*sums[:5], modeled_ns=None if any(m is None for m in modeled)
-                   else float(sum(modeled)), rings=kept)
+                   else float(sum(modeled)), rings=kept, engine=info.get("engine") or "",
+                   total_ns=info.get("total_ns"), codes_compared=int(
+                       info.get("codes_compared") or 0), k=int(k or 0))
+
+    def query(self) -> dict:
+        """The per-query form :meth:`index.costmodel.engines.QuerySamples.from_queries` takes
+        (the measured time: ``total_ns``, else the sum of the rings' lookup times)."""
+        cand = sum(r[5] for r in self.rings) if self.rings and len(self.rings[0]) > 5 else 0
+        return {"engine": self.engine, "k": self.k, "radius": len(self.rings) - 1,
+                "total_ns": self.total_ns if self.total_ns is not None else self.lookup_ns,
+                "probes": self.probes, "items": self.items, "candidates": cand,
+                "codes_compared": self.codes_compared}
 
     def records(self) -> list[dict]:
         """The per-radius records again, in the server's form ``{"radius": r, "probes", ...}``
@@ -288,6 +308,9 @@ class ClassStats:
     nonempty_total: int = 0
     modeled_ns_total: float = 0.0
     modeled_count: int = 0
+    kernel_ns: Distribution = field(default_factory=lambda: Distribution(HIGHEST_NS))
+    engines: Counter = field(default_factory=Counter)          # engine that ran -> queries
+    reached: Counter = field(default_factory=Counter)          # radius reached -> queries
 
 
 class LoadStats:
@@ -348,6 +371,9 @@ class LoadStats:
         for q in res.server or ():
             cls.server_queries += 1
             cls.lookup_ns.record(q.lookup_ns)
+            cls.kernel_ns.record(q.total_ns if q.total_ns is not None else q.lookup_ns)
+            cls.engines[q.engine or "unknown"] += 1
+            cls.reached[len(q.rings) - 1] += 1
             cls.probes[q.probes] += 1
             cls.items_total += q.items
             cls.empty_total += q.empty_buckets
@@ -415,6 +441,9 @@ class LoadStats:
             mine.latency_us.merge(theirs.latency_us)
             mine.service_us.merge(theirs.service_us)
             mine.lookup_ns.merge(theirs.lookup_ns)
+            mine.kernel_ns.merge(theirs.kernel_ns)
+            mine.engines.update(theirs.engines)
+            mine.reached.update(theirs.reached)
             for name in ("requests", "queries", "errors", "results", "server_queries",
                          "items_total", "empty_total", "nonempty_total", "modeled_ns_total",
                          "modeled_count"):

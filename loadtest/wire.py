@@ -93,16 +93,27 @@ def decode_binary_results(buf: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return lims, D, I
 
 
-def search_summary(content: bytes, content_type: str) -> tuple[int, list | None]:
-    """``(ids returned, per-query stats records or None)`` of a search answer, cheaply (the
-    load tester's per-request bookkeeping)."""
+#: the per-query figures of a search answer with stats (one list entry per query each)
+QUERY_INFO = ("engine", "total_ns", "codes_compared")
+
+
+def search_summary(content: bytes, content_type: str) -> tuple[int, list | None, list | None]:
+    """``(ids returned, per-query stats records or None, per-query info or None)`` of a search
+    answer, cheaply (the load tester's per-request bookkeeping); info: per query the
+    :data:`QUERY_INFO` the server gave (``{"engine": "mih", "total_ns": ..., ...}``)."""
     if content_type.startswith(OCTET):
         if len(content) < 16:
             raise ValueError(f"binary results: {len(content)} bytes")
         nq = int(np.frombuffer(content, dtype="<u8", count=1)[0])
-        return int(np.frombuffer(content, dtype="<i8", count=1, offset=8 + 8 * nq)[0]), None
+        return (int(np.frombuffer(content, dtype="<i8", count=1, offset=8 + 8 * nq)[0]), None,
+                None)
     data = orjson.loads(content)
-    return sum(len(r["ids"]) for r in data["results"]), data.get("stats")
+    stats = data.get("stats")
+    info = None
+    if stats is not None:
+        cols = {f: data.get(f) for f in QUERY_INFO if data.get(f) is not None}
+        info = [{f: v[i] for f, v in cols.items()} for i in range(len(stats))]
+    return sum(len(r["ids"]) for r in data["results"]), stats, info
 
 
 STAT_FIELDS = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")

@@ -293,7 +293,8 @@ def test_build_report_fits_the_cost_model_once_and_plots(tmp_path):
     assert model["modeled_with"]["estimator"] == "radius_fit"
     assert model["modeled_with"]["source"] == "this run (80 sampled queries)"
     e3 = report["per_radius"][3]
-    assert e3["probes"] == 43745 and e3["modeled_ns"] == pytest.approx(model["t0_ns"] * 43745)
+    assert e3["probes"] == e3["sum_c"] == 43745
+    assert e3["paper_ns"] == pytest.approx(model["t0_ns"] * 43745)
     assert set(e3["latency_ms"]) >= {"p50", "p90", "p99", "p999", "max"}
     assert e3["count"] == 20 and e3["latency_ms"]["p50"] == pytest.approx(0.08)
     assert model["server"]["t0_ns"] == 4.0 and model["server"]["estimates"] == \
@@ -314,7 +315,7 @@ def test_print_report_names_every_t0(capsys):
     text = capsys.readouterr().out
     for named in ("t0 [radius_fit] = ", "t0 [query_model.probes] = ",
                   "t0 [calibration / radius_fit] = 4 ns", "t0 [calibration / microbenchmark]",
-                  "t0*P with t0 [radius_fit] = ", "empty balls", "[query_model] per query"):
+                  "paper t0 [radius_fit] = ", "empty balls", "[query_model] per query"):
         assert named in text, named
     # no t0 figure without the name of its estimator
     assert not re.search(r"t0\s*=", text), text
@@ -329,7 +330,7 @@ def test_a_run_without_stats_has_no_model_and_says_why(tmp_path):
     assert "radii" not in model and "t0" not in model and model["sample"]["queries_seen"] == 0
     assert model["modeled_with"] == {"t0_ns": 4.0, "estimator": "radius_fit",
                                      "source": "server (calibration)"}
-    assert report["per_radius"][0]["modeled_ns"] == pytest.approx(4.0 * 65)
+    assert report["per_radius"][0]["paper_ns"] == pytest.approx(4.0 * 65)
     assert report["per_radius"][0]["server_lookup_ns"]["p50"] is None
     nothing = build_report(LoadStats().add_all(records), {"mode": "closed"}, 64, None)
     assert nothing["model"]["modeled_with"] is None

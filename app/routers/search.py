@@ -62,19 +62,22 @@ class RequestProbeLimit(ProbeLimitError):
 
 
 def stats_records(st, t0: float | None) -> list[list[dict]]:
-    """Per query, one record per radius searched (``modeled_ns = t0 * probes``), with every
+    """Per query, one record per radius searched (``modeled_ns = t0 * probes``, the paper's
+    single-table charge: None for a query another engine ran), with every
     per-radius field the engine recorded (``candidates`` and ``unique_candidates`` too for
     multi-index hashing)."""
     if st is None:
         return None
     names = st.radius_fields()
     cols = {f: getattr(st, f).tolist() for f in names}
+    engines = st.engine_names()
     out = []
     for qi, n_radii in enumerate(st.radii.tolist()):
         rows = []
+        paper = t0 if engines[qi] == "single" else None  # the paper's model: bucket probes
         for r in range(n_radii):
             rec = {"radius": r, **{f: cols[f][qi][r] for f in names}}
-            rec["modeled_ns"] = t0 * rec["probes"] if t0 is not None else None
+            rec["modeled_ns"] = paper * rec["probes"] if paper is not None else None
             rows.append(rec)
         out.append(rows)
     return out
@@ -158,7 +161,10 @@ async def search(
     per radius searched in the main table, ``probes, nonempty_buckets, empty_buckets, items,
     lookup_ns`` (in-kernel clock), ``modeled_ns = t0 * probes`` and, for multi-index hashing,
     ``candidates, unique_candidates``; ``scanned_from`` gives per query the radius from which a
-    k-NN query ranked codes by a scan (-1: none) and ``plan`` the planner's choice (mode auto).
+    k-NN query ranked codes by a scan (-1: none), ``engine`` the engine that ran each query
+    (single, mih or scan: mode auto's plan), ``total_ns`` its whole in-kernel time and
+    ``codes_compared`` the codes a linear pass compared with it, and ``plan`` the planner's
+    choice (mode auto).
     Items inserted since the last merge (the delta segment) are scanned linearly, not probed:
     ``delta`` gives the items scanned per query and the scan's wall-clock ns for the batch
     (also ``delta`` in Server-Timing).
@@ -250,6 +256,11 @@ def run_search(entry, job: SearchJob, settings, t_start: float) \
                 b',"scanned_from":', orjson.dumps(
                     st.scanned_from.tolist() if st is not None and st.scanned_from is not None
                     else None),
+                b',"engine":', orjson.dumps(st.engine_names() if st is not None else None),
+                b',"total_ns":', orjson.dumps(st.total_ns.tolist() if st is not None else None),
+                b',"codes_compared":', orjson.dumps(
+                    st.codes_compared.tolist() if st is not None
+                    and st.codes_compared is not None else None),
                 b',"plan":', orjson.dumps(st.plan if st is not None else None,
                                           option=orjson.OPT_SERIALIZE_NUMPY)]
         media_type = "application/json"
