@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bucketsearch.index.costmodel import (RADIUS_FIT, CostSamples, T0Estimate, fit_all,
-                                          fit_query_model, measured_row, paper_columns,
-                                          probe_microbenchmark, radius_fit, t0_agreement,
-                                          t0_from_query_model, t0_radius_fit)
+from bucketsearch.index.base import ENGINES
+from bucketsearch.index.costmodel import (CONFIDENCE, RADIUS_FIT, CostSamples, T0Estimate,
+                                          fit_all, fit_query_model, measured_row,
+                                          paper_columns, probe_microbenchmark, radius_fit,
+                                          t0_agreement, t0_from_query_model, t0_radius_fit,
+                                          t_quantile)
 
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
@@ -127,6 +129,16 @@ class RadiusRecord:
                 "mean_ns": total / self.n if self.n else None}
 
 
+def paper_rows(st):
+    """The queries of ``st`` the paper's model describes: range queries that ran single-table
+    probing (all of them when the search did not record its engine); None when none."""
+    engine, k = _per_query(st, "engine"), _per_query(st, "k")
+    keep = (k == 0) & ((engine == ENGINES.index("single")) | (engine == 0))
+    if keep.all():
+        return st
+    return st.rows(keep) if keep.any() else None
+
+
 def live_rows(records: dict[int, RadiusRecord], bits: int, t0: float | None) -> list[dict]:
     """Per radius the measured row of the records and the paper's columns
     (:func:`index.costmodel.paper_columns`), plus ``modeled_ns = t0 x mean probes``."""
@@ -142,6 +154,38 @@ def live_rows(records: dict[int, RadiusRecord], bits: int, t0: float | None) -> 
     return paper_columns(rows, bits, t0)
 
 
+def _per_query(st, name: str) -> np.ndarray:
+    """``st.engine`` or ``st.k`` (zeros when the search did not record it: engine unknown,
+    a range query)."""
+    arr = getattr(st, name, None)
+    return np.zeros(len(st.radii), dtype=np.int64) if arr is None else np.asarray(arr)
+
+
+def _fold_radii(records: dict, st, cum_ns, cum_items, rows: np.ndarray) -> int:
+    """Fold the per-radius samples of the queries ``rows`` (boolean) into ``records``;
+    returns the (query, radius) samples added."""
+    radii = np.asarray(st.radii)
+    added = 0
+    for r in range(st.probes.shape[1]):
+        reached = rows & (radii > r)
+        if not reached.any():
+            continue
+        t = st.lookup_ns[reached, r].astype(np.float64)
+        cum = cum_ns[reached, r].astype(np.float64)
+        added += len(t)
+        rec = records.setdefault(r, RadiusRecord())
+        rec.counts += np.bincount(bucket_of(t), minlength=N_BUCKETS)
+        rec.cum_counts += np.bincount(bucket_of(cum), minlength=N_BUCKETS)
+        rec.n += len(t)
+        rec.sum_ns += float(t.sum())
+        rec.cum_sum_ns += float(cum.sum())
+        rec.probes_total += int(st.probes[reached, r].sum())
+        rec.empty_total += int(st.empty_buckets[reached, r].sum())
+        rec.items_total += int(st.items[reached, r].sum())
+        rec.empty_ball += int((cum_items[reached, r] == 0).sum())
+    return added
+
+
 class _FoldRows:
     """The per-query rows :meth:`CostTracker._fold` reads (``radii, lookup_ns, items, probes,
     empty_buckets``) of many SearchStats, one after the other, zero-padded to the widest: one
@@ -153,6 +197,8 @@ class _FoldRows:
 
     def __init__(self, batch: list):
         self.radii = np.concatenate([p.radii for p in batch])
+        self.engine = np.concatenate([_per_query(p, "engine") for p in batch])
+        self.k = np.concatenate([_per_query(p, "k") for p in batch])
         widths = {p.probes.shape[1] for p in batch}
         width = max(widths)
         for name in self.FIELDS:
@@ -174,9 +220,11 @@ class CostTracker:
     def __init__(self, bits: int):
         self.bits = bits
         self._lock = threading.Lock()
-        self.radii: dict[int, RadiusRecord] = {}
+        self.radii: dict[int, RadiusRecord] = {}  # range queries, whatever engine ran them
+        self.paper_radii: dict[int, RadiusRecord] = {}  # those that ran single-table probing
         self._samples = 0
         self.queries = 0
+        self.knn_queries = 0
         self._pending: deque = deque()  # SearchStats not yet folded in (see drain)
         self._recent: list = []  # recent SearchStats for the query model
         self._recent_rows = 0
@@ -208,24 +256,14 @@ class CostTracker:
         radii = np.asarray(st.radii)
         cum_ns = np.cumsum(st.lookup_ns, axis=1)
         cum_items = np.cumsum(st.items, axis=1)
-        self.queries += int((radii > 0).sum())
-        for r in range(st.probes.shape[1]):
-            reached = radii > r
-            if not reached.any():
-                continue
-            t = st.lookup_ns[reached, r].astype(np.float64)
-            cum = cum_ns[reached, r].astype(np.float64)
-            self._samples += len(t)
-            rec = self.radii.setdefault(r, RadiusRecord())
-            rec.counts += np.bincount(bucket_of(t), minlength=N_BUCKETS)
-            rec.cum_counts += np.bincount(bucket_of(cum), minlength=N_BUCKETS)
-            rec.n += len(t)
-            rec.sum_ns += float(t.sum())
-            rec.cum_sum_ns += float(cum.sum())
-            rec.probes_total += int(st.probes[reached, r].sum())
-            rec.empty_total += int(st.empty_buckets[reached, r].sum())
-            rec.items_total += int(st.items[reached, r].sum())
-            rec.empty_ball += int((cum_items[reached, r] == 0).sum())
+        engine, k = _per_query(st, "engine"), _per_query(st, "k")
+        ranged = k == 0  # a k-NN query is its own class: no per-radius row, no p50 moved
+        self.queries += int(((radii > 0) & ranged).sum())
+        self.knn_queries += int((~ranged).sum())
+        self._samples += _fold_radii(self.radii, st, cum_ns, cum_items, ranged)
+        # the paper's model: range queries that ran single-table probing (0: not recorded)
+        _fold_radii(self.paper_radii, st, cum_ns, cum_items,
+                    ranged & ((engine == ENGINES.index("single")) | (engine == 0)))
         self._folds += 1
         for one in batch:
             self._recent.append(one)
@@ -246,8 +284,9 @@ class CostTracker:
             folds, recent, cached = self._folds, list(self._recent), self._fits_cache
         if cached is not None and (cached[0] == folds or not refit):
             return cached[1]
-        if recent:
-            samples = CostSamples.from_stats(recent)
+        paper = [p for p in (paper_rows(one) for one in recent) if p is not None]
+        if paper:
+            samples = CostSamples.from_stats(paper)
             fits = (t0_radius_fit(samples), fit_query_model(samples))
         else:
             fits = (radius_fit([], []), None)
@@ -293,14 +332,30 @@ class CostTracker:
         if model is not None:
             out.append({**t0_from_query_model(model).to_dict(), "source": OBSERVED})
         cal = self.calibration
+        if cal is not None and cal.get("t0_ns") is not None:
+            out.append({"estimator": cal["estimator"], "t0_ns": cal["t0_ns"],
+                        "ci_ns": cal["ci_ns"], "samples": len(cal["rounds"]),
+                        "formula": "mean of the rounds' radius_fit t0; Student's t interval "
+                                   "over the rounds", "confidence": CONFIDENCE,
+                        "detail": {"rounds": cal["rounds"], "stable": cal["stable"],
+                                   "verdict": cal["verdict"]}, "source": CALIBRATION})
         if cal is not None and cal.get("fits"):
             out += [{**e, "source": CALIBRATION} for e in cal["fits"]["t0"]]
         return out
 
-    def snapshot(self) -> dict[int, RadiusRecord]:
+    def snapshot(self, paper: bool = False) -> dict[int, RadiusRecord]:
+        """Per radius, the records of the range queries (``paper``: of those that ran
+        single-table probing, what the paper's model is judged on)."""
         self.drain()
         with self._lock:
-            return {r: rec.copy() for r, rec in self.radii.items()}
+            return {r: rec.copy() for r, rec in (self.paper_radii if paper
+                                                 else self.radii).items()}
+
+    def recent(self) -> list:
+        """The recent SearchStats (at most about ``EXTENDED_BUFFER_ROWS`` queries)."""
+        self.drain()
+        with self._lock:
+            return list(self._recent)
 
     @property
     def samples(self) -> int:
@@ -332,36 +387,93 @@ def sample_queries(live, n: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(parts))
 
 
-def microbenchmark_table(main):
-    """The single bucket table of an engine (single, or the planner's), else None (MIH)."""
-    table = getattr(main, "table", None)
-    if table is None and getattr(main, "single", None) is not None:
-        table = main.single.table
-    return table
-
-
 def calibration_probes(main, radius: int) -> int:
     """Probes of one sampled query of a calibration: radius-r searches for r = 0..radius."""
     return sum(main.probe_count(r) for r in range(radius + 1))
 
 
-def calibrate(live, tracker: CostTracker, n_queries: int, radius: int,
-              seed: int = 0) -> float | None:
-    """Search ``n_queries`` sampled queries (:func:`sample_queries`) of the main table at every
-    radius 0..``radius`` (so the per-probe cost can be told from the fixed cost per query), run
-    the probe micro-benchmark of its single table (not for multi-index hashing), and store
-    :func:`index.costmodel.fit_all` of them; returns the ``radius_fit`` t0 (now the t0 the
-    server models with)."""
-    xq = sample_queries(live, n_queries, seed)
+#: rounds of a calibration: at least ``CALIBRATION_ROUNDS[0]``, then more until the interval
+#: over the rounds is tight, at most ``CALIBRATION_ROUNDS[1]``
+CALIBRATION_ROUNDS = (3, 8)
+#: "tight": the interval's half-width at most this fraction of t0
+CALIBRATION_TIGHT = 0.10
+CALIBRATION_ESTIMATOR = f"{RADIUS_FIT}, mean over repeated rounds"
+
+
+def paper_engine(main):
+    """The single table the paper's model describes: the engine itself (mode single), the
+    planner's single table (mode auto), None for multi-index hashing or a scan."""
+    if getattr(main, "kind", "") == "single":
+        return main
+    single = getattr(main, "single", None)
+    return single if getattr(single, "kind", "") == "single" else None
+
+
+def round_interval(values, confidence: float = CONFIDENCE) -> tuple[float, tuple | None]:
+    """Mean of per-round estimates and Student's t interval over the rounds (None for one)."""
+    v = np.asarray(values, dtype=np.float64)
+    mean = float(v.mean())
+    if len(v) < 2:
+        return mean, None
+    half = t_quantile((1 + confidence) / 2, len(v) - 1) * float(v.std(ddof=1)) / math.sqrt(
+        len(v))
+    return mean, (mean - half, mean + half)
+
+
+def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int = 0,
+              rounds: tuple[int, int] = CALIBRATION_ROUNDS,
+              tight: float = CALIBRATION_TIGHT) -> float | None:
+    """The paper's t0 of the index's single table (:func:`paper_engine`), repeated until it
+    can be trusted; returns it (now the t0 the server models with) or None (no single table).
+
+    ``n_queries`` sampled queries (:func:`sample_queries`) are searched at every radius
+    0..``radius`` (so the per-probe cost can be told from the fixed cost per query) with
+    statistics, as served searches run: one untimed round first (code compiled, table pages
+    and caches warm), then rounds of the same searches, each giving a ``radius_fit`` t0, until
+    the interval over the rounds (Student's t, :func:`round_interval`) is within ``tight`` of
+    the mean after at least ``rounds[0]`` rounds; after ``rounds[1]`` it is reported unstable
+    with its interval. ``t0`` is the mean over the rounds (estimator
+    :data:`CALIBRATION_ESTIMATOR`); :func:`index.costmodel.fit_all` of every round's searches
+    with the probe micro-benchmark is kept under ``fits``."""
     main = live.state.main
-    stats = [main.range_search(xq, r, stats=True)[3] for r in range(radius + 1)]
-    table = microbenchmark_table(main)
-    bench = probe_microbenchmark(table, seed=seed) if table is not None and table.ntotal \
-        else None
-    fits = json_safe(fit_all(CostSamples.from_stats(stats), live.bits, microbenchmark=bench))
+    engine = paper_engine(main)
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time(),
-            "estimator": RADIUS_FIT, "fits": fits}
-    t0 = fits["t0_ns"]
+            "estimator": CALIBRATION_ESTIMATOR}
+    if engine is None or not engine.ntotal:
+        info.update(t0_ns=None, ci_ns=None, stable=None, rounds=[], fits=None,
+                    reason="no single table to time (multi-index hashing or a scan): the "
+                           "paper's t0 is not calibrated; each engine's own model is fitted "
+                           "on the searches it serves" if engine is None else "empty index")
+        tracker.set_calibration(None, info)
+        return None
+    xq = sample_queries(live, n_queries, seed)
+
+    def one_round():
+        return [engine.range_search(xq, r, stats=True)[3] for r in range(radius + 1)]
+
+    one_round()  # warm: compiled code, the table's pages and caches, as served queries find them
+    per_round, stats = [], []
+    while len(per_round) < rounds[1]:
+        st = one_round()
+        per_round.append(t0_radius_fit(CostSamples.from_stats(st)).t0_ns)
+        stats += st
+        if len(per_round) >= rounds[0]:
+            t0, ci = round_interval(per_round)
+            if ci is not None and (ci[1] - ci[0]) / 2 <= tight * t0:
+                break
+    t0, ci = round_interval(per_round)
+    stable = ci is not None and (ci[1] - ci[0]) / 2 <= tight * t0
+    bench = probe_microbenchmark(engine.table, seed=seed)
+    fits = json_safe(fit_all(CostSamples.from_stats(stats), live.bits, microbenchmark=bench))
+    info.update(t0_ns=t0, ci_ns=None if ci is None else list(ci), stable=stable,
+                rounds=per_round, engine=engine.kind, fits=fits,
+                rule=f"rounds until the {round(100 * CONFIDENCE)}% interval over the rounds "
+                     f"is within +-{tight:.0%} of t0 ({rounds[0]} to {rounds[1]} rounds)",
+                verdict=(f"stable: {len(per_round)} rounds, t0 {t0:.3g} ns (CI {ci[0]:.3g} .. "
+                         f"{ci[1]:.3g})" if stable else
+                         f"unstable after {len(per_round)} rounds: t0 {t0:.3g} ns, interval "
+                         + ("none" if ci is None else f"{ci[0]:.3g} .. {ci[1]:.3g}")
+                         + " (a busy machine; recalibrate when it is quiet)"))
     tracker.set_calibration(t0, info)
     return t0
 

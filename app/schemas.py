@@ -391,12 +391,19 @@ class CostModelOut(BaseModel):
     t0_estimator: str | None = Field(description="the estimator of t0_ns (radius_fit)")
     t0_ci_ns: list[float] | None
     t0_samples: int = Field(description="(query, radius) samples observed since start")
-    queries: int = Field(description="queries observed since start")
+    queries: int = Field(description="range queries observed since start")
     calibration: dict | None = Field(description="the last calibration run, with its fit_all "
                                      "result under 'fits'")
     estimates: list[T0EstimateOut] = Field(description="every t0 estimate, named")
     extended_model: QueryModelOut | None
-    radii: list[RadiusCost]
+    radii: list[RadiusCost] = Field(description="per radius, the range queries that ran "
+                                    "single-table probing (the paper's model's scope)")
+    engines: dict | None = Field(None, description="the cost model of what ran: per engine "
+                                 "its model (a line per term with its counter), per query "
+                                 "class and radius the engine with its share, counters, "
+                                 "modeled, measured, ratio, the paper's t0 x sumC; a legend "
+                                 "of every column; verdicts per model (null before any "
+                                 "search)")
     verdicts: dict
 
 

@@ -223,9 +223,11 @@ def warm_index(entry, settings) -> None:
     elif main.probe_count(radius) > main.max_probes:
         note = f"not calibrated (radius {radius} is over the probe guard)"
     else:
-        t0 = calibrate(live, entry.cost, settings.calibration_queries, radius)
-        note = (f"t0 {'n/a' if t0 is None else f'{t0:.1f} ns'} from "
-                f"{settings.calibration_queries} queries at radius {radius}")
+        calibrate(live, entry.cost, settings.calibration_queries, radius)
+        cal = entry.cost.calibration
+        note = (f"t0 [{cal['estimator']}] {cal['verdict']} from "
+                f"{settings.calibration_queries} queries at radii 0..{radius}"
+                if cal.get("t0_ns") is not None else f"t0 not calibrated: {cal['reason']}")
     log.info("calibration: index %s (%d items): %s in %.2f s", entry.name, live.ntotal, note,
              time.perf_counter() - t)
 

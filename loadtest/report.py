@@ -43,8 +43,8 @@ from importlib import metadata
 import numpy as np
 
 from bucketsearch.index.costmodel import describe, fit_all
-from bucketsearch.index.costmodel.engines import (LEGEND, TABLE_COLUMNS, QuerySamples,
-                                                  describe_models, engine_report, table_cells)
+from bucketsearch.index.costmodel.engines import (LEGEND, QuerySamples, describe_models,
+                                                  engine_report, engines_table)
 from bucketsearch.index.metrics import to_jsonable
 from bucketsearch.loadtest.stats import LoadStats
 from bucketsearch.loadtest.workload import probes_upto
@@ -330,20 +330,9 @@ def print_classes(report: dict, console) -> None:
 def print_engines(engines: dict | None, console) -> None:
     """The cost model of what ran (:mod:`index.costmodel.engines`): the table, every column
     defined, the models line by line, the verdicts per model."""
-    from rich.markup import escape
-    from rich.table import Table
-
     if not engines:
         return
-    t0 = engines.get("paper_t0_ns")
-    t = Table(title=escape(
-        f"measured vs modeled: each query charged by the model of the engine that ran it; "
-        f"paper t0 [{engines.get('paper_t0_estimator') or 'none'}] = {_fmt_ns(t0)}"))
-    for col in TABLE_COLUMNS:
-        t.add_column(escape(col), justify="right")
-    for row in engines["rows"]:
-        t.add_row(*table_cells(row))
-    console.print(t)
+    console.print(engines_table(engines), markup=False, highlight=False, soft_wrap=True)
     console.print("columns:", highlight=False)
     for key, text in LEGEND.items():
         console.print(f"  {key}: {text}", markup=False, highlight=False)
@@ -513,9 +502,10 @@ def print_slos(results: list[dict], console=None) -> None:
 
 # -- plot -------------------------------------------------------------------------------------
 def plot_report(report: dict, path) -> None:
-    """PNG: per radius, measured T(R) (p50, p99; the cost model's ``radii``) against the paper's
-    ``t0 sum_{i<=R} C(Q, i)`` (t0 named) and the client latency p50 of each radius class (log
-    y); and empty vs non-empty buckets probed per query at each radius."""
+    """PNG: per radius searched by a range class, what ran (each engine's measured p50 and its
+    own model's charge), the single-table T(R) p50 beside the paper's ``t0 sum_{i<=R} C(Q, i)``
+    (t0 named) and the client latency p50 of each radius class (log y); and empty vs non-empty
+    buckets probed per query at each radius."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -527,19 +517,30 @@ def plot_report(report: dict, path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     if rows:
         cum = [r["measured_cumulative"] for r in rows]
-        ax1.plot(radii, _nan([c["p50_ns"] for c in cum]), "s-", label="measured T(R) p50")
-        ax1.plot(radii, _nan([c["p99_ns"] for c in cum]), "v:", label="measured T(R) p99")
+        ax1.plot(radii, _nan([c["p50_ns"] for c in cum]), "s-",
+                 label="single-table T(R) p50 (paper's scope)")
         if model.get("t0_ns"):
             ax1.plot(radii, _nan([r["paper_cumulative_ns"] for r in rows]), "o--",
-                     label=f"t0 sum C(Q, i), t0 [{model['t0_estimator']}] = "
+                     label=f"paper t0 sum C(Q, i), t0 [{model['t0_estimator']}] = "
                            f"{_fmt_ns(model['t0_ns'])}")
+    # what ran, by the model of the engine that ran it (range classes only: a k-NN class
+    # adds no radius, so the axes stay those of the radii searched)
+    ran = [r for r in (model.get("engines") or {}).get("rows", []) if r["k"] == 0]
+    ticks = set(radii)
+    for i, engine in enumerate(dict.fromkeys(r["engine"] for r in ran)):
+        er = [r for r in ran if r["engine"] == engine]
+        ax1.plot([r["radius"] for r in er], [r["measured_p50_ns"] for r in er], "D-",
+                 color=f"C{i + 2}", label=f"{engine}: measured p50")
+        ax1.plot([r["radius"] for r in er], _nan([r["modeled_p50_ns"] for r in er]), "x:",
+                 color=f"C{i + 2}", label=f"{engine}: its model")
+        ticks.update(r["radius"] for r in er)
     classes = [e for e in report["per_radius"] if e["latency_ms"]["p50"] is not None]
     if classes:
         ax1.plot([e["radius"] for e in classes], [e["latency_ms"]["p50"] * 1e6 for e in classes],
                  "^-", alpha=0.6, label="client latency p50 (radius-R class)")
-    if rows or classes:
+    if rows or classes or ran:
         ax1.set_yscale("log")
-        ax1.set_xticks(sorted(set(radii) | {e["radius"] for e in classes}))
+        ax1.set_xticks(sorted(ticks | {e["radius"] for e in classes}))
         ax1.legend(fontsize=8)
     else:
         ax1.text(0.5, 0.5, "nothing measured", ha="center", va="center", transform=ax1.transAxes)

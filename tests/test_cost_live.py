@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from helpers import app_client
 
-from bucketsearch.app.costfit import bucket_of, bucket_upper_ns
+from bucketsearch.app.costfit import (CALIBRATION_ESTIMATOR, CALIBRATION_ROUNDS, CALIBRATION_TIGHT,
+                                      bucket_of, bucket_upper_ns)
 from bucketsearch.index.codes import pack_bits, to_hex
 
 BITS = 32
@@ -160,18 +161,28 @@ def test_calibration_names_every_estimate(run):
                     json={"queries": 48, "max_distance": 2, "seed": 3})
     assert r.status_code == 200, r.text
     cm = r.json()
-    assert cm["t0_source"] == "calibration" and cm["t0_estimator"] == "radius_fit"
+    assert cm["t0_source"] == "calibration"
+    assert cm["t0_estimator"] == CALIBRATION_ESTIMATOR == "radius_fit, mean over repeated rounds"
     named = {(e["source"], e["estimator"]): e for e in cm["estimates"]}
     assert {("observed searches", "radius_fit"), ("calibration", "radius_fit"),
-            ("calibration", "microbenchmark"), ("calibration", "query_model.probes")} \
-        <= set(named)
-    assert cm["t0_ns"] == named[("calibration", "radius_fit")]["t0_ns"]
+            ("calibration", CALIBRATION_ESTIMATOR), ("calibration", "microbenchmark"),
+            ("calibration", "query_model.probes")} <= set(named)
+    cal = cm["calibration"]
+    rounds = cal["rounds"]
+    # repeated: at least 3 rounds, the t0 their mean and the interval theirs
+    assert CALIBRATION_ROUNDS[0] <= len(rounds) <= CALIBRATION_ROUNDS[1]
+    assert cm["t0_ns"] == pytest.approx(np.mean(rounds)) == cal["t0_ns"]
+    lo, hi = cm["t0_ci_ns"]
+    assert lo < cm["t0_ns"] < hi and [lo, hi] == cal["ci_ns"]
+    assert cal["stable"] == ((hi - lo) / 2 <= CALIBRATION_TIGHT * cm["t0_ns"])
+    assert cal["verdict"].startswith("stable" if cal["stable"] else "unstable")
+    assert cal["engine"] == "single"
     micro = named[("calibration", "microbenchmark")]
     assert micro["t0_ns"] > 0 and micro["detail"]["empty_ns"] > 0 and micro["samples"] == 5
     ext = cm["extended_model"]
     assert ext["source"] == "calibration: 48 sampled queries at radii 0..2"
     assert "probes" in ext["terms"] and ext["terms"]["probes"]["coef_ns"] > 0
-    assert cm["calibration"]["fits"]["radii"][2]["queries"] == 48
+    assert cm["calibration"]["fits"]["radii"][2]["queries"] == 48 * len(rounds)
     assert cm["verdicts"]["t0_agreement"]["estimators"]
     r = client.post("/v1/indexes/ix/cost-model/calibrate",
                     json={"queries": 4, "max_distance": BITS + 1})

@@ -11,6 +11,7 @@ from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import CalibrateIn, CostModelOut
 from bucketsearch.index.costmodel import HOLDS_FACTOR, RADIUS_FIT
+from bucketsearch.index.costmodel.engines import QuerySamples, engine_report
 
 router = APIRouter(prefix="/v1/indexes", tags=["cost model"])
 
@@ -21,24 +22,31 @@ def cost_model_out(entry) -> dict:
     t0, source = tracker.t0(refit=True)
     ext = tracker.extended()
     estimates = tracker.estimates()
-    rows = live_rows(tracker.snapshot(), entry.bits, t0)
+    rows = live_rows(tracker.snapshot(paper=True), entry.bits, t0)
     judged = [r for r in rows if r["paper_holds"] is not None]
+    paper = {"holds_at": [r["radius"] for r in judged if r["paper_holds"]],
+             "fails_at": [r["radius"] for r in judged if not r["paper_holds"]]}
+    recent = tracker.recent()
+    engines = engine_report(QuerySamples.from_stats(recent), entry.bits, t0,
+                            RADIUS_FIT if t0 is not None else None, paper) if recent else None
     cal = tracker.calibration
-    used = cal["fits"]["t0"][0] if source == CALIBRATION and cal and cal.get("fits") \
-        else observed.to_dict()
+    used = cal if source == CALIBRATION else observed.to_dict()
     return json_safe({
         "index": entry.name, "bits": entry.bits, "t0_ns": t0, "t0_source": source,
-        "t0_estimator": RADIUS_FIT if t0 is not None else None,
+        "t0_estimator": (cal["estimator"] if source == CALIBRATION else RADIUS_FIT)
+        if t0 is not None else None,
         "t0_ci_ns": used["ci_ns"] if t0 is not None else None,
         "t0_samples": tracker.samples, "queries": tracker.queries,
         "calibration": cal, "estimates": estimates, "extended_model": ext, "radii": rows,
+        "engines": engines,
         "verdicts": {
             "t0_agreement": agreement(estimates),
             "paper_model": {
                 "rule": f"holds at R when 1/{HOLDS_FACTOR:g} <= t0 sum_(i<=R) C(Q, i) / "
-                        f"T(R)_p50 <= {HOLDS_FACTOR:g} (t0: {RADIUS_FIT}, {source})",
-                "holds_at": [r["radius"] for r in judged if r["paper_holds"]],
-                "fails_at": [r["radius"] for r in judged if not r["paper_holds"]]}},
+                        f"T(R)_p50 <= {HOLDS_FACTOR:g} (t0: {RADIUS_FIT}, {source}); judged "
+                        "on range queries that ran single-table probing only",
+                **paper},
+            "engines": engines["verdicts"] if engines else None},
     })
 
 
@@ -50,7 +58,12 @@ def get_cost_model(entry: EntryDep) -> dict:
     candidate; unidentified terms reported and left out), and per radius over every search
     since the server started: measured T(r) and cumulative T(R) (p50, p90, p99), t0 C(Q, r) and
     its cumulative sum, T(R)/T(0) beside sum_{i<=R} C(Q, i), mean empty buckets, queries and
-    empty_ball_queries (queries whose ball up to R held no item)."""
+    empty_ball_queries (queries whose ball up to R held no item); those per-radius rows and the
+    paper's verdict cover only range queries that ran single-table probing. ``engines``: the
+    cost model of what ran (index.costmodel.engines): each engine's own model (a line per
+    term with the counter it multiplies) and, per query class and radius, the engine or plan
+    that ran with its share, the counters, modeled and measured cost, their ratio, the
+    paper's t0 x sum C(Q, i) beside it, a legend of every column, and the verdict per model."""
     return cost_model_out(entry)
 
 

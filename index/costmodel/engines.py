@@ -57,8 +57,9 @@ MIN_WEIGHT_NS = 50.0
 
 #: every column of the per-class table, defined (printed under every rendering)
 LEGEND = {
-    "class": "query class: 'range' (max_distance = R) or 'knn k=K'",
-    "R": "range: the radius asked; k-NN: the radius its expansion reached (k-th distance)",
+    "class": "query class: 'range' (max_distance = R) or 'knnK' (the K nearest)",
+    "R": "range: the radius asked; k-NN: the radius its expansion reached (the k-th "
+         "distance), median/largest over the class's queries",
     "engine": "the engine or plan that ran these queries (auto: the plan chosen per query)",
     "share": "fraction of the class's queries at this R that this engine ran",
     "n": "queries",
@@ -71,7 +72,8 @@ LEGEND = {
     "meas/model": "measured / modeled; the model holds when within 1/2 .. 2",
     "sumC": "sum_{i<=R} C(Q, i): the single-table probes the paper's model charges",
     "paper t0*sumC": "the paper's single-table model: t0 x sumC (t0 named in the title); a "
-                     "reference only for rows whose engine is not 'single'",
+                     "reference only for rows whose engine is not 'single'; none for k-NN "
+                     "(the paper charges a radius asked)",
 }
 
 
@@ -176,7 +178,7 @@ def sum_c(bits: int, radius: int) -> int:
 
 
 def class_label(k: int) -> str:
-    return "range" if k == 0 else f"knn k={k}"
+    return "range" if k == 0 else f"knn{k}"
 
 
 def _mean(v) -> float | None:
@@ -186,11 +188,17 @@ def _mean(v) -> float | None:
 def engine_rows(samples: QuerySamples, models: dict, bits: int, paper_t0: float | None,
                 holds_factor: float = HOLDS_FACTOR) -> list[dict]:
     """Per (class, radius, engine): share, counters, modeled, measured, ratio, verdict, and
-    the paper's single-table charge (see the module docstring); range classes first, by R."""
+    the paper's single-table charge (see the module docstring); range classes first, by R.
+
+    A k-NN class gets one row per engine (not per radius reached: a k-NN query adds no
+    per-radius row): ``radius`` is the median radius its queries reached, ``radius_max`` the
+    largest, and no paper column (the paper's model charges a radius asked, not reached)."""
     rows = []
-    keys = sorted({(int(k), int(r)) for k, r in zip(samples.k, samples.radius)})
+    range_r = sorted({int(r) for k, r in zip(samples.k, samples.radius) if k == 0})
+    keys = [(0, r) for r in range_r] + [(int(k), None) for k in sorted(set(samples.k.tolist()))
+                                        if k]
     for k, r in keys:
-        in_class = (samples.k == k) & (samples.radius == r)
+        in_class = (samples.k == k) & ((samples.radius == r) if r is not None else True)
         n_class = int(in_class.sum())
         for engine in ENGINE_NAMES + ("",):
             sel = np.flatnonzero(in_class & (samples.engine == engine))
@@ -202,9 +210,12 @@ def engine_rows(samples: QuerySamples, models: dict, bits: int, paper_t0: float 
             measured = float(np.median(samples.total_ns[sel]))
             mod50 = float(np.median(modeled)) if modeled is not None else None
             ratio = measured / mod50 if mod50 else None
-            s = sum_c(bits, r)
+            reached = samples.radius[sel]
+            s = sum_c(bits, r) if r is not None else None
             rows.append({
-                "class": class_label(k), "k": k, "radius": r, "engine": engine or "unknown",
+                "class": class_label(k), "k": k,
+                "radius": r if r is not None else int(np.median(reached)),
+                "radius_max": int(reached.max()), "engine": engine or "unknown",
                 "share": len(sel) / n_class, "queries": int(len(sel)),
                 **{f"mean_{c}": _mean(samples.counters[c][sel]) for c in COUNTERS},
                 "modeled_p50_ns": mod50, "measured_p50_ns": measured,
@@ -212,7 +223,8 @@ def engine_rows(samples: QuerySamples, models: dict, bits: int, paper_t0: float 
                 "measured_over_modeled": ratio,
                 "holds": None if ratio is None else bool(1 / holds_factor <= ratio
                                                          <= holds_factor),
-                "sum_c": s, "paper_ns": paper_t0 * float(s) if paper_t0 else None,
+                "sum_c": s, "paper_ns": paper_t0 * float(s) if paper_t0 and s is not None
+                else None,
                 "paper_applies": engine == "single" and k == 0})
     return rows
 
@@ -252,9 +264,15 @@ def verdicts(rows: list[dict], paper: dict | None) -> dict:
             if engine != "single":
                 head += ": outside the paper's model"
             elif cls != "range":
-                head += " (k-NN: the paper's model covers range search only)"
-            summary.append(f"{head}; {engine} model holds at R = {_ranges(holds)}"
-                           + (f", fails at R = {_ranges(fails)}" if fails else ""))
+                head += " (k-NN: outside the paper's model, which charges a radius asked)"
+            if cls == "range":
+                summary.append(f"{head}; {engine} model holds at R = {_ranges(holds)}"
+                               + (f", fails at R = {_ranges(fails)}" if fails else ""))
+            else:
+                summary.append(f"{head}; {engine} model "
+                               + ("holds" if holds else "fails" if fails else "has no verdict")
+                               + f" (radius reached: median {er[0]['radius']}, largest "
+                                 f"{er[0]['radius_max']})")
     out = {"rule": f"a model holds at R when 1/{HOLDS_FACTOR:g} <= measured p50 / modeled p50 "
                    f"<= {HOLDS_FACTOR:g}",
            "engines": per_engine, "summary": summary}
@@ -307,12 +325,14 @@ TABLE_COLUMNS = ("class", "R", "engine", "share", "n", "probes", "items", "cand"
 def table_cells(row: dict) -> list[str]:
     """The printed cells of one row, in :data:`TABLE_COLUMNS` order."""
     ratio = row["measured_over_modeled"]
-    return [row["class"], str(row["radius"]), row["engine"], f"{row['share']:.0%}",
+    radius = (str(row["radius"]) if row["k"] == 0
+              else f"{row['radius']}/{row['radius_max']}")
+    return [row["class"], radius, row["engine"], f"{row['share']:.0%}",
             str(row["queries"]), _num(row["mean_probes"]), _num(row["mean_items"]),
             _num(row["mean_candidates"]) if row["engine"] == "mih" else "-",
             _num(row["mean_codes_compared"]), _ns(row["modeled_p50_ns"]),
             _ns(row["measured_p50_ns"]), "-" if ratio is None else f"{ratio:.3g}",
-            f"{row['sum_c']:,}", _ns(row["paper_ns"])]
+            "-" if row["sum_c"] is None else f"{row['sum_c']:,}", _ns(row["paper_ns"])]
 
 
 def describe_models(report: dict) -> list[str]:
@@ -330,15 +350,20 @@ def describe_models(report: dict) -> list[str]:
     return lines
 
 
-def describe(report: dict) -> str:
-    """Plain-text rendering: the table, its legend, the models, the verdicts."""
-    t0 = report["paper_t0_ns"]
-    head = (f"measured vs modeled per query class (the model of what ran); paper t0 "
-            f"[{report.get('paper_t0_estimator') or 'none'}] = {_ns(t0)}")
+def engines_table(report: dict) -> str:
+    """The title line and the per-class table, plain text (columns :data:`TABLE_COLUMNS`)."""
+    head = (f"measured vs modeled: each query charged by the model of the engine that ran it; "
+            f"paper t0 [{report.get('paper_t0_estimator') or 'none'}] = "
+            f"{_ns(report['paper_t0_ns'])}")
     cells = [list(TABLE_COLUMNS)] + [table_cells(r) for r in report["rows"]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(TABLE_COLUMNS))]
-    lines = [head] + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    lines.append("columns:")
+    return "\n".join([head] + ["  ".join(c.rjust(w) for c, w in zip(row, widths))
+                               for row in cells])
+
+
+def describe(report: dict) -> str:
+    """Plain-text rendering: the table, its legend, the models, the verdicts."""
+    lines = [engines_table(report), "columns:"]
     lines += [f"  {k}: {v}" for k, v in report["legend"].items()]
     lines.append("models (one line per term: coefficient x the counter it multiplies):")
     lines += describe_models(report)
