@@ -93,6 +93,10 @@ def open_server(tmp_path_factory):
             create_index(c, "planned", BITS, mode="auto")
             add_codes(c, "planned", ids, words, BITS)
             assert c.post("/v1/indexes/planned/merge").status_code == 200
+            for body in [{"max_distance": r} for r in range(SEARCH_RADIUS + 1)] + [{"k": 5}]:
+                r = c.post("/v1/indexes/planned/search",
+                           json={"codes": to_hex(words[::5], BITS), "stats": True, **body})
+                assert r.status_code == 200, r.text
         yield srv
     finally:
         srv.stop()
@@ -229,6 +233,41 @@ def test_planner_choices_of_an_auto_index(open_server, page_of):
     assert traces["chosen"]["x"] == [e["radius"] for e in choices]
     assert set(traces) == {"predicted single", "predicted mih", "predicted scan", "chosen"}
     assert page.locator("#write-controls #calibrate").count() == 1  # no keys: writes are open
+    assert console.unexpected() == []
+
+
+def test_what_ran_table_with_its_legend_verdicts_and_the_t0_interval(open_server, page_of):
+    """The auto index's engine table: one row per (class, radius, engine) of the API's
+    ``engines``, every column defined (header tooltip and legend), the verdict per model, the
+    k-NN class with its radius reached; the headline t0 names its estimator and interval."""
+    page, console = page_of()
+    page.goto(open_server.url + "/ui#/index/planned")
+    page.wait_for_selector("#engines tbody tr")
+    with open_server.client() as c:
+        cm = c.get("/v1/indexes/planned/cost-model").json()
+    rows = cm["engines"]["rows"]
+    assert page.locator("#engines tbody tr").count() == len(rows)
+    headers = page.locator("#engines th")
+    names = headers.all_inner_texts()
+    assert names[:3] == ["class", "R", "engine"] and "paper t0*sumC" in names
+    assert "t0*P" not in names
+    for i, name in enumerate(names):  # every column defined, one hover away and in the legend
+        assert headers.nth(i).get_attribute("title") == cm["engines"]["legend"][name]
+    legend = page.inner_text("#engine-legend")
+    assert all(name in legend for name in names)
+    cells = page.locator("#engines tbody tr").first.locator("td").all_inner_texts()
+    assert cells[0] == rows[0]["class"] and cells[2] == rows[0]["engine"]
+    knn = [r for r in rows if r["k"]]
+    assert knn and all(r["measured_p50_ns"] > 0 and r["radius_max"] >= r["radius"] for r in knn)
+    assert {r["class"] for r in knn} == {"knn5"}
+    # no per-radius row above the largest radius a range query searched
+    assert max(r["radius"] for r in rows if not r["k"]) == SEARCH_RADIUS
+    verdicts = page.locator("#engine-verdicts li").all_inner_texts()
+    assert verdicts == cm["engines"]["verdicts"]["summary"] and verdicts
+    headline = page.inner_text("#t0-headline")
+    assert f"[{cm['t0_estimator']}" in headline and ("95% CI" in headline) == bool(
+        cm["t0_ci_ns"])
+    shot(page, "engines")
     assert console.unexpected() == []
 
 

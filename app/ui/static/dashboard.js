@@ -200,6 +200,7 @@
     const el = Object.fromEntries(ids.map((id) => [id, h("div", { id, class: "chart" })]));
     const summary = h("p", { id: "index-summary" });
     const radiusTable = h("div", { id: "radius-table" });
+    const engineTable = h("div", { id: "engine-table" });
     const plannerNote = h("p", { id: "planner-note", class: "note" });
     const controls = h("div", { id: "write-controls", class: "controls" });
     const history = new charts.Ring(HISTORY);
@@ -217,7 +218,8 @@
         card("Empty buckets and empty balls per radius", "Sampled queries (half codes of the index, half random): share of probed buckets that were empty, and of queries whose ball of radius r holds no item.", el["empty-chart"]),
         h("div", { class: "card" }, h("h3", {}, "The planner's choices"), plannerNote, el["planner-chart"]),
         card("Live: t0 and searches observed", `Last ${HISTORY} refreshes (every ${REFRESH_MS} ms).`, el["live-chart"])),
-      h("h3", {}, "Per radius"), radiusTable);
+      h("h3", {}, "What ran: measured vs modeled, per query class and radius"), engineTable,
+      h("h3", {}, "Per radius (the paper's model: range queries that ran single-table probing)"), radiusTable);
 
     if (state.session && state.session.can_write) {
       const queries = h("input", { id: "calibrate-queries", class: "small", type: "number", min: "1", value: "256" });
@@ -338,6 +340,46 @@
       ], radii));
     }
 
+    /** The cost model of what ran (``cm.engines``): every column defined (header tooltip and
+        the legend below), each engine's model a line per term, the verdict per model. */
+    function drawEngines(cm) {
+      const e = cm.engines;
+      if (!e) {
+        engineTable.replaceChildren(h("p", { class: "note" }, "No search observed yet."));
+        return;
+      }
+      const cols = [
+        ["class", (r) => r.class, "text"], ["R", (r) => (r.k ? `${r.radius}/${r.radius_max}` : r.radius), "text"],
+        ["engine", (r) => r.engine, "text"], ["share", (r) => pct(r.share), "text"], ["n", (r) => r.queries],
+        ["probes", (r) => r.mean_probes], ["items", (r) => r.mean_items],
+        ["cand", (r) => (r.engine === "mih" ? r.mean_candidates : null)], ["codes", (r) => r.mean_codes_compared],
+        ["modeled", (r) => r.modeled_p50_ns], ["measured", (r) => r.measured_p50_ns],
+        ["meas/model", (r) => r.measured_over_modeled], ["sumC", (r) => r.sum_c], ["paper t0*sumC", (r) => r.paper_ns],
+      ];
+      const t = table("engines", cols, e.rows, (r) => ({ class: r.holds === false ? "fails" : "" }));
+      t.querySelectorAll("th").forEach((th) => { th.title = e.legend[th.textContent] || ""; });
+      const models = Object.values(e.models).map((m) => `[${m.engine}] ${m.formula}, ${m.samples} queries\n`
+        + m.terms.map((x) => `  ${fmt(x.coef_ns)} ns × ${x.term} (${x.counter}; 95% CI ${fmt(x.ci_ns[0])} – ${fmt(x.ci_ns[1])})`).join("\n")
+        + Object.entries(m.unidentified).map(([k, v]) => `\n  ${k}: left out (${v})`).join("")).join("\n");
+      engineTable.replaceChildren(
+        h("p", { class: "note" }, `Times in ns. Paper t0 [${e.paper_t0_estimator || "none"}] = ${fmt(e.paper_t0_ns)} ns.`),
+        t,
+        h("ul", { id: "engine-verdicts" }, e.verdicts.summary.map((v) => h("li", {}, v))),
+        h("details", {}, h("summary", {}, "Columns"),
+          h("dl", { id: "engine-legend" }, Object.entries(e.legend).map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]).flat())),
+        h("details", {}, h("summary", {}, "Models (one line per term: coefficient × the counter it multiplies)"),
+          h("pre", { id: "engine-models" }, models)));
+    }
+
+    /** ``t0 x ns [estimator] (95% CI a – b, stable) (source)``: the headline t0 with its interval. */
+    function t0Text(cm) {
+      if (cm.t0_ns === null || cm.t0_ns === undefined) return "t0 not fitted yet";
+      const ci = cm.t0_ci_ns ? `, 95% CI ${fmt(cm.t0_ci_ns[0])} – ${fmt(cm.t0_ci_ns[1])} ns` : ", no interval";
+      const cal = cm.calibration && cm.t0_source === "calibration" && cm.calibration.stable !== undefined
+        ? (cm.calibration.stable ? ", stable" : ", UNSTABLE") : "";
+      return `t0 ${fmt(cm.t0_ns)} ns [${cm.t0_estimator}${ci}${cal}] (${cm.t0_source})`;
+    }
+
     async function refresh() {
       const [info, cm] = await Promise.all([api.get(path), api.get(`${path}/cost-model`)]);
       const key = `${info.main_size}/${info.merges}/${info.size}`;
@@ -358,11 +400,12 @@
         `${fmt(info.size)} items · ${info.bits} bits · mode ${info.mode}`
         + `${info.substrings ? ` (${info.substrings} substrings)` : ""} · `,
         h("span", { class: `state-${info.state}` }, info.state),
-        ` · ${fmt(info.distinct_codes)} distinct codes · t0 ${fmt(cm.t0_ns)} ns (${cm.t0_source || "not fitted yet"})`
-        + ` · profile of ${profile.queries} sampled queries up to radius ${profile.max_distance}`);
+        ` · ${fmt(info.distinct_codes)} distinct codes · `, h("span", { id: "t0-headline" }, t0Text(cm)),
+        ` · profile of ${profile.queries} sampled queries up to radius ${profile.max_distance}`);
       history.push({ at: new Date(), t0: cm.t0_ns, samples: cm.t0_samples });
       await Promise.all([drawCost(cm), drawCumulative(cm), drawEmpty(), drawPlanner(), drawLive()]);
       drawTable(cm);
+      drawEngines(cm);
     }
     return poll(refresh);
   }
