@@ -114,6 +114,7 @@ class QueryStats:
         (the measured time: ``total_ns``, else the sum of the rings' lookup times)."""
         cand = sum(r[5] for r in self.rings) if self.rings and len(self.rings[0]) > 5 else 0
         return {"engine": self.engine, "k": self.k, "radius": len(self.rings) - 1,
+                "flip_search": float(any(r[0] > 1 for r in self.rings)),
                 "total_ns": self.total_ns if self.total_ns is not None else self.lookup_ns,
                 "probes": self.probes, "items": self.items, "candidates": cand,
                 "codes_compared": self.codes_compared}

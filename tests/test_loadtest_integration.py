@@ -87,22 +87,89 @@ def test_cli_report_against_real_server(server, tmp_path, capsys):
         # queries are index codes (sampled from the server) with exactly r flipped bits: each
         # finds at least its source
         assert e["results_per_query"] >= 1
-        assert e["modeled_ns"] == pytest.approx(report["model"]["modeled_with"]["t0_ns"]
-                                                * e["probes"])
+        assert e["paper_ns"] == pytest.approx(report["model"]["modeled_with"]["t0_ns"]
+                                              * e["sum_c"]) and e["sum_c"] == e["probes"]
+        assert e["engines"] == {"single": e["queries"]}
     # 1M-sparse codes: almost every probed bucket at radius 2 is empty
     assert per[2]["empty_fraction"] > 0.9
     assert report["knn"][0]["label"] == "knn1" and report["knn"][0]["results_per_query"] == 1
     model = report["model"]
     assert model["t0_ns"] > 0 and model["modeled_with"]["estimator"] == "radius_fit"
-    # the cost model of the measured queries: every one reached radius 0 (k-NN ones too),
-    # and the rings 0..2 exactly as the radius classes searched them
+    # the paper's model of the measured range queries (all single-table here; k-NN ones are
+    # their own class): the rings 0..2 exactly as the radius classes searched them
     assert [r["radius"] for r in model["radii"]] == [0, 1, 2]
-    assert model["radii"][0]["queries"] == model["sample"]["queries_seen"] == \
+    assert model["radii"][0]["queries"] == model["paper_scope"]["queries"] == \
+        sum(e["queries"] for e in report["per_radius"])
+    assert model["sample"]["queries_seen"] == \
         sum(e["queries"] for e in report["per_radius"] + report["knn"])
     assert [r["paper_ratio"] for r in model["radii"]] == [1, 65, 2081]
     assert {e["estimator"] for e in model["t0"]} == {"radius_fit", "query_model.probes"}
     assert all({"source", "estimator"} <= set(e) for e in model["server"]["estimates"])
     assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def _check_engines(engines: dict, largest_radius: int, knn_label: str) -> list[str]:
+    """The acceptance checks of one cost model of what ran (load tester or /cost-model): every
+    product column is its product, measured/modeled within 1/2..2 wherever the verdict says
+    "holds", a verdict for every engine that ran, no row above the largest radius searched,
+    k-NN rows with work and time. Returns the verdict sentences."""
+    t0 = engines["paper_t0_ns"]  # None for an mih index: no single table, no paper t0
+    rows = engines["rows"]
+    for r in rows:
+        if r["k"] == 0:
+            assert r["sum_c"] == sum(math.comb(BITS, i) for i in range(r["radius"] + 1))
+            assert r["paper_ns"] == (None if t0 is None else
+                                     pytest.approx(t0 * r["sum_c"], rel=1e-12))
+        ratio = r["measured_over_modeled"]
+        assert r["holds"] == (0.5 <= ratio <= 2), r
+    assert max(r["radius"] for r in rows if r["k"] == 0) == largest_radius
+    knn = [r for r in rows if r["k"]]
+    assert knn and {r["class"] for r in knn} == {knn_label}
+    for r in knn:
+        assert r["measured_p50_ns"] > 0 and r["modeled_p50_ns"] > 0
+        assert r["mean_probes"] + r["mean_codes_compared"] > 0 and r["mean_items"] > 0
+    verdicts = engines["verdicts"]
+    for engine in {r["engine"] for r in rows}:
+        assert engine in verdicts["engines"] and engines["models"][engine]["terms"]
+        for cls, v in verdicts["engines"][engine].items():
+            assert any(s.startswith(f"{cls}: ") and f"ran {engine}" in s
+                       for s in verdicts["summary"])
+    return verdicts["summary"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "mih", "single"])
+def test_measured_against_modeled_for_every_mode(server, codes, tmp_path, mode):
+    """Issue 26's acceptance: range classes r = 0..4 and a k-NN class against an auto, an mih
+    and a single index, the load tester's report and the server's /cost-model."""
+    name = f"accept_{mode}"
+    with httpx.Client(base_url=server.url, timeout=300) as c:
+        assert c.post("/v1/indexes", json={"name": name, "bits": BITS,
+                                           "mode": mode}).status_code == 201
+        for start in range(0, len(codes), 5000):
+            r = c.post(f"/v1/indexes/{name}/items", params={"first_id": start},
+                       content=codes[start:start + 5000].tobytes(),
+                       headers={"content-type": "application/octet-stream"})
+            assert r.status_code == 200, r.text
+        assert c.post(f"/v1/indexes/{name}/merge").status_code == 200
+    out = tmp_path / "r.json"
+    assert main(["--url", server.url, "--index", name, "--mode", "closed", "--concurrency", "2",
+                 "--requests", "400", "--duration", "60", "--warmup", "0.5", "--radii", "0-4",
+                 "--knn", "10", "--stats", "--seed", "5", "--no-progress",
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["errors"] == 0
+    summary = _check_engines(report["model"]["engines"], 4, "knn10")
+    ran = {r["engine"] for r in report["model"]["engines"]["rows"] if r["k"] == 0}
+    if mode != "auto":
+        assert ran == {mode}
+    if "single" not in ran:
+        assert report["model"]["paper_scope"]["queries"] == 0 and "radii" not in report["model"]
+        assert any("outside the paper's model" in s for s in summary)
+    else:
+        assert max(r["radius"] for r in report["model"]["radii"]) <= 4
+    cm = httpx.get(f"{server.url}/v1/indexes/{name}/cost-model", timeout=60).json()
+    _check_engines(cm["engines"], 4, "knn10")
+    assert all(r["radius"] <= 4 for r in cm["radii"])
 
 
 def test_closed_loop_stops_at_request_count(server, codes):
