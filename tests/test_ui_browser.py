@@ -253,7 +253,7 @@ def test_what_ran_table_with_its_legend_verdicts_and_the_t0_interval(open_server
     assert "t0*P" not in names
     for i, name in enumerate(names):  # every column defined, one hover away and in the legend
         assert headers.nth(i).get_attribute("title") == cm["engines"]["legend"][name]
-    legend = page.inner_text("#engine-legend")
+    legend = page.text_content("#engine-legend")  # in a closed <details>: not visible text
     assert all(name in legend for name in names)
     cells = page.locator("#engines tbody tr").first.locator("td").all_inner_texts()
     assert cells[0] == rows[0]["class"] and cells[2] == rows[0]["engine"]
@@ -265,9 +265,25 @@ def test_what_ran_table_with_its_legend_verdicts_and_the_t0_interval(open_server
     verdicts = page.locator("#engine-verdicts li").all_inner_texts()
     assert verdicts == cm["engines"]["verdicts"]["summary"] and verdicts
     headline = page.inner_text("#t0-headline")
-    assert f"[{cm['t0_estimator']}" in headline and ("95% CI" in headline) == bool(
-        cm["t0_ci_ns"])
+    if cm["t0_ns"] is None:  # no query of this auto index ran single-table probing
+        assert headline == "t0 not fitted yet"
     shot(page, "engines")
+    # the single index, calibrated: the headline t0 names its estimator, interval, stability
+    with open_server.client() as c:
+        r = c.post("/v1/indexes/known/cost-model/calibrate",
+                   json={"queries": 64, "max_distance": 2})
+        assert r.status_code == 200, r.text
+        cal = r.json()
+    page.goto(open_server.url + "/ui#/index/known")
+    page.wait_for_function("() => (document.getElementById('t0-headline') || {}).textContent"
+                           "?.includes('calibration')")
+    headline = page.inner_text("#t0-headline")
+    lo, hi = cal["t0_ci_ns"]
+    assert headline.startswith("t0 ") and " ns [" in headline
+    assert f"[{cal['t0_estimator']}, 95% CI" in headline
+    assert ("UNSTABLE" if not cal["calibration"]["stable"] else "stable") in headline
+    assert cal["t0_estimator"] == "radius_fit, mean over repeated rounds" and lo < hi
+    shot(page, "t0-interval")
     assert console.unexpected() == []
 
 
