@@ -88,7 +88,8 @@ class IndexInfo(BaseModel):
     code_space_fraction: float | None = Field(None, description="distinct_codes / 2^bits")
     bucket_size_histogram: list[BucketSizeCount] = []
     memory_bytes: int | None = None
-    merges: int = Field(0, description="merges since the server started")
+    merges: int = Field(0, description="merges of the index (kept in its snapshots: read back "
+                                       "on restart)")
     merging: bool = False
     last_merge: float | None = Field(None, description="end of the last merge (Unix time)")
     last_merge_error: str | None = None

@@ -239,3 +239,20 @@ def test_top_k_within_radius_over_main_delta_and_tombstones(tmp_path, mode):
             D1, I1, _ = live.search(xq[3:4], k, max_distance=R)
             assert np.array_equal(D1[0], nD[3]) and np.array_equal(I1[0], nI[3])
     live.close()
+
+
+def test_the_merge_count_is_read_back_after_a_restart(tmp_path):
+    """Issue 26: the dashboard showed "merges 0" after a restart that followed three merges."""
+    rng = np.random.default_rng(4)
+    live = LiveIndex(tmp_path, 64, mode="single", background_merge=False)
+    for i in range(3):
+        live.add(pack_bits(rng.integers(0, 2, size=(50, 64), dtype=np.uint8)),
+                 np.arange(50 * i, 50 * (i + 1)))
+        assert live.merge()
+    assert live.merges == 3
+    live.close()
+    again = LiveIndex(tmp_path, 64, mode="single", background_merge=False)
+    assert again.merges == 3 and again.ntotal == 150
+    again.add(pack_bits(rng.integers(0, 2, size=(5, 64), dtype=np.uint8)), np.arange(150, 155))
+    assert again.merge() and again.merges == 4
+    again.close()

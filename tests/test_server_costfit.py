@@ -113,3 +113,70 @@ def test_records_copy_add_and_json_round_trip():
     assert total.n == 2 * rec.n and total.empty_ball == 2 * rec.empty_ball
     assert np.array_equal(total.cum_counts, 2 * rec.cum_counts)
     assert rec.n == 2  # the copy was added to, not the record
+
+
+# -- the calibration: repeated until its interval is tight, or reported unstable ---------------
+def _live_single(tmp_path, mode="single"):
+    from bucketsearch.index.codes import pack_bits
+    from bucketsearch.index.storage.live import LiveIndex
+
+    rng = np.random.default_rng(2)
+    live = LiveIndex(tmp_path, 32, mode=mode, background_merge=False)
+    live.add(pack_bits(rng.integers(0, 2, size=(2000, 32), dtype=np.uint8)), np.arange(2000))
+    live.merge()
+    return live
+
+
+def _timed_as(monkeypatch, engine, ns_per_probe):
+    """Beneath the real search: each call's measured lookup_ns replaced by
+    ``ns_per_probe() x probes`` (a quiet machine: a constant; a busy one: a random factor)."""
+    real = type(engine).range_search
+
+    def range_search(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        out[3].lookup_ns = (out[3].probes * ns_per_probe()).astype(np.int64)
+        return out
+
+    monkeypatch.setattr(type(engine), "range_search", range_search)
+
+
+def test_calibration_stops_once_its_interval_is_tight(tmp_path, monkeypatch):
+    from bucketsearch.app.costfit import CALIBRATION_ROUNDS, calibrate
+
+    live = _live_single(tmp_path)
+    _timed_as(monkeypatch, live.state.main, lambda: 12.0)
+    tracker = CostTracker(32)
+    assert calibrate(live, tracker, 16, 2) == pytest.approx(12.0)
+    cal = tracker.calibration
+    assert len(cal["rounds"]) == CALIBRATION_ROUNDS[0] and cal["stable"] is True
+    assert cal["ci_ns"] == pytest.approx([12.0, 12.0]) and cal["engine"] == "single"
+    assert cal["verdict"].startswith("stable: 3 rounds")
+    live.close()
+
+
+def test_a_noisy_calibration_is_reported_unstable_with_its_interval(tmp_path, monkeypatch):
+    from bucketsearch.app.costfit import CALIBRATION_ROUNDS, calibrate
+
+    live = _live_single(tmp_path, mode="auto")
+    rng = np.random.default_rng(0)
+    # an auto index: its planner's single table is the one timed
+    _timed_as(monkeypatch, live.state.main.single, lambda: 10.0 * rng.choice([1.0, 11.0]))
+    tracker = CostTracker(32)
+    t0 = calibrate(live, tracker, 16, 2)
+    cal = tracker.calibration
+    assert len(cal["rounds"]) == CALIBRATION_ROUNDS[1] and cal["stable"] is False
+    lo, hi = cal["ci_ns"]
+    assert lo < t0 < hi and t0 == pytest.approx(np.mean(cal["rounds"]))
+    assert cal["verdict"].startswith(f"unstable after {CALIBRATION_ROUNDS[1]} rounds")
+    assert f"{lo:.3g} .. {hi:.3g}" in cal["verdict"]
+    live.close()
+
+
+def test_an_mih_index_has_no_single_table_to_calibrate(tmp_path):
+    from bucketsearch.app.costfit import calibrate
+
+    live = _live_single(tmp_path, mode="mih")
+    tracker = CostTracker(32)
+    assert calibrate(live, tracker, 16, 2) is None
+    assert "no single table" in tracker.calibration["reason"] and tracker.t0() == (None, None)
+    live.close()

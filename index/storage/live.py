@@ -506,6 +506,8 @@ class LiveIndex:
         main = load_index(snap_dir / "main", mmap=self.mmap, expected_kind=mode)
         main.max_probes = self.max_probes
         self._snapshot_id_high = int(meta.get("id_high", -1))  # absent before it was kept
+        # the merges of this index so far (absent before they were kept: 0)
+        self.merges = max(self.merges, int(meta.get("merges", 0)))
         if expected_mode is None:  # recovery: the snapshot's mode is the index's
             self.mode, self.substrings = mode, meta.get("substrings", self.substrings)
         return main
@@ -797,8 +799,9 @@ class LiveIndex:
                 new_main = self._new_main(mode, substrings)
                 if len(ids):
                     new_main.add(words, ids=ids)
+                merges = self.merges + 1  # kept in the snapshot: a restart reads it back
                 snap_dir = self._write_snapshot(new_main, through, mode, substrings,
-                                                frozen.id_high)
+                                                frozen.id_high, merges)
                 # read back: checksums of what is on disk
                 verified = self._load_main(snap_dir, expected_mode=mode)
                 if self.mmap:
@@ -814,7 +817,7 @@ class LiveIndex:
                     self._during_merge = []
             self._previous_snapshot, self._verified_snapshot = self._verified_snapshot, through
             self._publish_position()
-            self.merges += 1
+            self.merges = merges
             self.last_merge = time.time()
             self.last_merge_error = None
             self._merge_backoff = 0.0
@@ -824,7 +827,7 @@ class LiveIndex:
             return True
 
     def _write_snapshot(self, main, through: int, mode: str, substrings: int | None,
-                        id_high: int) -> Path:
+                        id_high: int, merges: int = 0) -> Path:
         final = self.directory / f"snap-{through:08d}"
         tmp = self.directory / f".snap-{through:08d}.tmp"
         if tmp.exists():
@@ -833,7 +836,8 @@ class LiveIndex:
         try:
             main.save(tmp / "main")
             meta = {"wal_through": through, "bits": self.bits, "mode": mode,
-                    "substrings": substrings, "ntotal": int(main.ntotal), "id_high": id_high}
+                    "substrings": substrings, "ntotal": int(main.ntotal), "id_high": id_high,
+                    "merges": merges}
             fsio.write_file(tmp / SNAPSHOT_META, json.dumps(meta).encode())
             fsio.fsync_path(tmp)
             if final.exists():  # an earlier attempt that was renamed but not verified
