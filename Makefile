@@ -29,10 +29,13 @@ KERNEL_INCLUDE := $(subst $(space),$(comma),$(strip $(KERNEL_MODULES)))
 
 .PHONY: demo test coverage-kernels bench clean clean-cache
 
+# first use: about a minute; pip prints each package as it goes (no silent stretch)
 $(STAMP): pyproject.toml
+	@echo "== $(VENV): creating it, then installing bucketsearch and its dependencies =="
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	$(PY) -m pip install --progress-bar on -e '.[dev]'
+	@echo "== $(VENV) ready =="
 	touch $(STAMP)
 
 # the demo leaves its server up (address and dashboard printed last) until Ctrl-C

@@ -98,6 +98,7 @@ OPTIONAL_PER_QUERY = {"candidates": 0, "unique_candidates": 0, "scanned_from": -
                       "engine": 0, "k": 0, "codes_compared": 0}
 #: Per-query ``SearchStats.engine`` codes: the engine that ran the query (0: not recorded).
 ENGINES = ("", "single", "mih", "scan")
+_ENGINE_CODE = {name: i for i, name in enumerate(ENGINES)} | {"auto": 0}
 
 
 def stack_padded(arrays, width: int):
@@ -563,14 +564,18 @@ class IndexBase:
         """``st`` with what each query ran (``engine``, ``k``, ``codes_compared``; see
         :class:`SearchStats`): three small arrays, made only when statistics were asked."""
         nq = len(st.radii)
-        st.engine = np.full(nq, ENGINES.index(self.kind), dtype=np.int8)
-        st.k = np.full(nq, max(int(k), 0), dtype=np.int32)
+        engine = np.empty(nq, dtype=np.int8)
+        engine.fill(_ENGINE_CODE[self.kind])
+        st.engine = engine
+        st.k = np.zeros(nq, dtype=np.int32)
+        if k > 0:
+            st.k.fill(k)
+        codes = np.zeros(nq, dtype=np.int64)
         if self.kind == "scan":
-            st.codes_compared = np.full(nq, self.ntotal, dtype=np.int64)
-        elif st.scanned_from is not None:
-            st.codes_compared = np.where(st.scanned_from >= 0, self.ntotal, 0).astype(np.int64)
-        else:
-            st.codes_compared = np.zeros(nq, dtype=np.int64)
+            codes.fill(self.ntotal)
+        elif k > 0 and st.scanned_from is not None:  # a range search never switches to a scan
+            codes[st.scanned_from >= 0] = self.ntotal
+        st.codes_compared = codes
         return st
 
     def save(self, path) -> None:

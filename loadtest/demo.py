@@ -56,6 +56,8 @@ EPILOG = """examples:
 """
 INDEX = "demo"
 READY_TIMEOUT_S = 180.0
+#: the demo prints a line at least this often while the server starts (first start: compiling)
+PROGRESS_EVERY_S = 5.0
 #: the server's default max_batch is 100,000 codes per request
 LOAD_CHUNK = 100_000
 #: the open-loop rate of run (c): this share of the closed-loop rate of run (b) at most ...
@@ -99,9 +101,19 @@ class ServerProcess:
                                      env=full_env, start_new_session=True,
                                      cwd=Path(__file__).resolve().parent.parent)
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> float:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S, say=None,
+                   every_s: float = PROGRESS_EVERY_S) -> float:
+        """Seconds until ``/readyz`` answered 200; with ``say``, every ``every_s`` seconds a
+        line with the server log's last line (its start-up phase: compiling kernels,
+        calibrating), so a first start that compiles is never a silent stretch."""
         t0 = time.monotonic()
+        told = t0
         while time.monotonic() - t0 < timeout:
+            if say is not None and time.monotonic() - told >= every_s:
+                told = time.monotonic()
+                last = self.log_tail(1).strip()
+                say(f"  ... {told - t0:.0f} s, the server is still starting"
+                    + (f": {last[-100:]}" if last else ""))
             if self.proc.poll() is not None:
                 raise DemoError(f"the server exited with code {self.proc.returncode} before "
                                 f"it was ready; its log ({self.log_path}) ends:\n{self.log_tail()}")
@@ -314,7 +326,7 @@ def run(args) -> int:
         say("[bold]2. server[/bold]: starting on 127.0.0.1")
         (tmp / "data").mkdir(exist_ok=True)
         server = ServerProcess(tmp / "data", args.port or free_port(), args.out / "server.log")
-        ready_s = server.wait_ready()
+        ready_s = server.wait_ready(say=say)
         say(f"  {server.url} ready in {ready_s:.1f} s ({' '.join(server.cmd[1:4])} ...)")
         say("[bold]3. index[/bold]: loading")
         load_index(server.url, packed, args.bits, say)
