@@ -115,6 +115,7 @@ class QueryStats:
         cand = sum(r[5] for r in self.rings) if self.rings and len(self.rings[0]) > 5 else 0
         return {"engine": self.engine, "k": self.k, "radius": len(self.rings) - 1,
                 "flip_search": float(any(r[0] > 1 for r in self.rings)),
+                "flip_radii": float(sum(r[0] > 1 for r in self.rings)),
                 "total_ns": self.total_ns if self.total_ns is not None else self.lookup_ns,
                 "probes": self.probes, "items": self.items, "candidates": cand,
                 "codes_compared": self.codes_compared}

@@ -6,13 +6,15 @@ Each engine states ``T_query = sum_term coef_term x counter_term`` (ns per query
 term, the counter it multiplies, summed over the radii the query searched):
 
 * ``single`` (single-table probing): ``probes`` (bucket lookups, ``sum_{r<=R} C(Q, r)``: the
-  paper's t0 term), ``items`` (ids emitted), ``codes_compared`` (a k-NN query that switched to
-  a scan), ``fixed`` (1 per query);
+  paper's t0 term), ``items`` (ids emitted), ``flip_radii`` (radii r >= 1 probed: each sets up
+  the enumeration of its flips; radius 0 is one direct lookup), ``codes_compared`` (a k-NN
+  query that switched to a scan), ``knn`` (1 per k-NN query: its kernel's set-up), ``fixed``
+  (1 per query);
 * ``mih`` (multi-index hashing): ``probes`` (substring bucket lookups), ``candidates``
   (substring bucket entries examined, each verified at full distance), ``flip_search`` (1 for a
   query whose substring radius reached 1: the general kernel, whose per-query set-up the exact
-  lookups of R < m do not pay), ``codes_compared``, ``fixed``;
-* ``scan``: ``codes_compared`` (``ntotal`` per query), ``items``, ``fixed``.
+  lookups of R < m do not pay), ``codes_compared``, ``knn``, ``fixed``;
+* ``scan``: ``codes_compared`` (``ntotal`` per query), ``items``, ``knn``, ``fixed``.
 
 ``auto`` has no model of its own: each query is charged by the model of the plan it ran
 (``SearchStats.engine``). The measured time is the query's whole in-kernel time
@@ -43,19 +45,24 @@ ENGINE_NAMES = ("single", "mih", "scan")
 ENGINE_TERMS = {
     "single": (("probes", "bucket probes, sum C(Q, r) over the radii searched (paper's t0)"),
                ("items", "ids emitted"),
+               ("flip_radii", "radii r >= 1 probed (each enumerates its C(Q, r) flips: the "
+                              "set-up of a radius)"),
                ("codes_compared", "codes compared by a k-NN query's switch to a scan"),
+               ("knn", "1 per k-NN query (the k-NN kernel's set-up and its k-th-result bookkeeping)"),
                ("fixed", "1 per query")),
     "mih": (("probes", "substring bucket probes"),
             ("candidates", "candidates verified (substring bucket entries examined)"),
             ("flip_search", "1 per query that enumerated substring flips (substring radius "
                             ">= 1: the general kernel, with its per-query set-up)"),
             ("codes_compared", "codes compared by a k-NN query's switch to a scan"),
+            ("knn", "1 per k-NN query (the k-NN kernel's set-up and its k-th-result bookkeeping)"),
             ("fixed", "1 per query")),
     "scan": (("codes_compared", "codes compared (ntotal per query)"),
              ("items", "ids emitted"),
+             ("knn", "1 per k-NN query (the k-NN kernel's set-up and its k-th-result bookkeeping)"),
              ("fixed", "1 per query")),
 }
-COUNTERS = ("probes", "items", "candidates", "codes_compared", "flip_search")
+COUNTERS = ("probes", "items", "candidates", "codes_compared", "flip_search", "flip_radii")
 MIN_WEIGHT_NS = 50.0
 
 #: every column of the per-class table, defined (printed under every rendering)
@@ -105,7 +112,9 @@ class QuerySamples:
                     else np.where(reached, arr, 0).sum(axis=1).astype(np.float64))
 
         counters = {c: total(c) for c in ("probes", "items", "candidates")}
-        counters["flip_search"] = flip_search(np.where(reached, stats.probes, 0))
+        probed = np.where(reached, stats.probes, 0)
+        counters["flip_search"] = flip_search(probed)
+        counters["flip_radii"] = (probed > 1).sum(axis=1).astype(np.float64)
         codes = getattr(stats, "codes_compared", None)
         counters["codes_compared"] = (np.zeros(nq) if codes is None
                                       else np.asarray(codes, dtype=np.float64))
@@ -129,7 +138,9 @@ class QuerySamples:
         return len(self.engine)
 
     def features(self, sel) -> dict:
-        return {"fixed": np.ones(int(np.count_nonzero(sel)) if sel.dtype == bool else len(sel)),
+        """The model's columns of the queries ``sel`` (an index array): the counters, ``knn``
+        (1 for a k-NN query) and ``fixed`` (1)."""
+        return {"fixed": np.ones(len(sel)), "knn": (self.k[sel] > 0).astype(np.float64),
                 **{c: v[sel] for c, v in self.counters.items()}}
 
 
@@ -326,7 +337,7 @@ def _ns(v) -> str:
 
 
 def _num(v) -> str:
-    return "-" if v is None else f"{v:,.4g}" if v < 1e5 else f"{v:,.0f}"
+    return "-" if v is None else f"{v:.4g}" if v < 1000 else f"{v:,.0f}"
 
 
 TABLE_COLUMNS = ("class", "R", "engine", "share", "n", "probes", "items", "cand", "codes",
