@@ -180,3 +180,30 @@ def test_an_mih_index_has_no_single_table_to_calibrate(tmp_path):
     assert calibrate(live, tracker, 16, 2) is None
     assert "no single table" in tracker.calibration["reason"] and tracker.t0() == (None, None)
     live.close()
+
+
+def test_knn_and_other_engines_move_no_per_radius_row_of_the_paper():
+    """A k-NN query (radius reached 17, 0 ns per ring: a scan) folds into no per-radius row and
+    moves no p50; an mih query counts for the radii of what ran but not for the paper's rows
+    nor its t0 (issue 26: R = 5..15 rows of 0 ns, R = 4's p50 turned 0)."""
+    from bucketsearch.index.base import ENGINES
+
+    tracker = CostTracker(64)
+    single = _stats(lookup_ns=[[100, 6400]] * 3, probes=[[1, 64]] * 3, radii=[2, 2, 2])
+    single.engine = np.full(3, ENGINES.index("single"), dtype=np.int8)
+    single.k = np.zeros(3, dtype=np.int32)
+    knn = _stats(lookup_ns=np.zeros((5, 18)), probes=np.zeros((5, 18)), radii=[18] * 5)
+    knn.engine = np.full(5, ENGINES.index("scan"), dtype=np.int8)
+    knn.k = np.full(5, 10, dtype=np.int32)
+    mih = _stats(lookup_ns=[[300, 300]] * 4, probes=[[1, 1]] * 4, radii=[2] * 4)
+    mih.engine = np.full(4, ENGINES.index("mih"), dtype=np.int8)
+    mih.k = np.zeros(4, dtype=np.int32)
+    for st in (single, knn, mih):
+        tracker.observe(st)
+    every, paper = tracker.snapshot(), tracker.snapshot(paper=True)
+    assert sorted(every) == sorted(paper) == [0, 1]           # nothing above radius 1
+    assert [every[r].n for r in (0, 1)] == [7, 7] and [paper[r].n for r in (0, 1)] == [3, 3]
+    assert 100 <= paper[0].quantile(0.5) < 105 and 6400 <= paper[1].quantile(0.5) < 6400 * 1.05
+    assert tracker.queries == 7 and tracker.knn_queries == 5
+    # the paper's t0: single-table samples only (100/1, 6400/64: 100 ns per probe)
+    assert tracker.t0()[0] == pytest.approx(100.0)
