@@ -439,11 +439,11 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
     engine = paper_engine(main)
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time(),
             "estimator": CALIBRATION_ESTIMATOR}
-    if engine is None or not engine.ntotal:
+    if engine is None:
         info.update(t0_ns=None, ci_ns=None, stable=None, rounds=[], fits=None,
                     reason="no single table to time (multi-index hashing or a scan): the "
                            "paper's t0 is not calibrated; each engine's own model is fitted "
-                           "on the searches it serves" if engine is None else "empty index")
+                           "on the searches it serves")
         tracker.set_calibration(None, info)
         return None
     xq = sample_queries(live, n_queries, seed)
@@ -463,7 +463,7 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
                 break
     t0, ci = round_interval(per_round)
     stable = ci is not None and (ci[1] - ci[0]) / 2 <= tight * t0
-    bench = probe_microbenchmark(engine.table, seed=seed)
+    bench = probe_microbenchmark(engine.table, seed=seed) if engine.ntotal else None
     fits = json_safe(fit_all(CostSamples.from_stats(stats), live.bits, microbenchmark=bench))
     info.update(t0_ns=t0, ci_ns=None if ci is None else list(ci), stable=stable,
                 rounds=per_round, engine=engine.kind, fits=fits,
