@@ -319,7 +319,8 @@ def print_classes(report: dict, console) -> None:
         t.add_row(e["label"], engines,
                   "-" if e["radius"] is not None or not reached
                   else f"{reached['p50']} / {reached['max']}",
-                  "-" if e["probes"] is None else f"{e['probes']:,.4g}",
+                  "-" if e["probes"] is None else f"{e['probes']:.4g}" if e["probes"] < 1000
+                  else f"{e['probes']:,.0f}",
                   _fmt_ns(e["server_kernel_ns"]["p50"]), _fmt_ms(e["latency_ms"]["p50"]),
                   _fmt_ms(e["latency_ms"]["p99"]), str(e["errors"]), str(e["count"]))
     console.print(t)
