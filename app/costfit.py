@@ -38,6 +38,7 @@ from bucketsearch.index.costmodel import (CONFIDENCE, RADIUS_FIT, CostSamples, T
                                           paper_columns, probe_microbenchmark, radius_fit,
                                           t0_agreement, t0_from_query_model, t0_radius_fit,
                                           t_quantile)
+from bucketsearch.index.costmodel.engines import QuerySamples, engine_report
 
 SUB_BUCKETS = 16  # per octave
 OCTAVES = 40  # 1 ns .. 2^40 ns (about 18 minutes)
@@ -232,6 +233,7 @@ class CostTracker:
         self.calibration: dict | None = None
         self._folds = 0  # batches folded in: the cached fits are of this many
         self._fits_cache: tuple[int, tuple] | None = None  # (folds, fits)
+        self._engines_cache: tuple | None = None  # (key, engine report)
 
     def observe(self, st) -> None:
         """Queue a :class:`index.probe.SearchStats` (O(1): the request does not pay for the
@@ -343,6 +345,22 @@ class CostTracker:
             out += [{**e, "source": CALIBRATION} for e in cal["fits"]["t0"]]
         return out
 
+    def engines(self, t0: float | None, paper: dict) -> dict | None:
+        """:func:`index.costmodel.engines.engine_report` of the recent searches (the model of
+        what ran; None before any search), with the paper's ``t0`` (``radius_fit``) and
+        verdict ``paper``; cached until new searches are folded in or ``t0`` changes."""
+        self.drain()
+        with self._lock:
+            folds, recent, cached = self._folds, list(self._recent), self._engines_cache
+        key = (folds, t0, tuple(paper.get("holds_at", ())), tuple(paper.get("fails_at", ())))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        report = engine_report(QuerySamples.from_stats(recent), self.bits, t0,
+                               RADIUS_FIT if t0 is not None else None, paper) if recent else None
+        with self._lock:
+            self._engines_cache = (key, report)
+        return report
+
     def snapshot(self, paper: bool = False) -> dict[int, RadiusRecord]:
         """Per radius, the records of the range queries (``paper``: of those that ran
         single-table probing, what the paper's model is judged on)."""
@@ -351,11 +369,6 @@ class CostTracker:
             return {r: rec.copy() for r, rec in (self.paper_radii if paper
                                                  else self.radii).items()}
 
-    def recent(self) -> list:
-        """The recent SearchStats (at most about ``EXTENDED_BUFFER_ROWS`` queries)."""
-        self.drain()
-        with self._lock:
-            return list(self._recent)
 
     @property
     def samples(self) -> int:

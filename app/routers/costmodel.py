@@ -11,7 +11,6 @@ from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep, WriteAuth
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import CalibrateIn, CostModelOut
 from bucketsearch.index.costmodel import HOLDS_FACTOR, RADIUS_FIT
-from bucketsearch.index.costmodel.engines import QuerySamples, engine_report
 
 router = APIRouter(prefix="/v1/indexes", tags=["cost model"])
 
@@ -26,9 +25,7 @@ def cost_model_out(entry) -> dict:
     judged = [r for r in rows if r["paper_holds"] is not None]
     paper = {"holds_at": [r["radius"] for r in judged if r["paper_holds"]],
              "fails_at": [r["radius"] for r in judged if not r["paper_holds"]]}
-    recent = tracker.recent()
-    engines = engine_report(QuerySamples.from_stats(recent), entry.bits, t0,
-                            RADIUS_FIT if t0 is not None else None, paper) if recent else None
+    engines = tracker.engines(t0, paper)
     cal = tracker.calibration
     used = cal if source == CALIBRATION else observed.to_dict()
     return json_safe({

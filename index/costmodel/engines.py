@@ -37,10 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bucketsearch.index.base import ENGINES
 from bucketsearch.index.costmodel.estimators import FENCE, HOLDS_FACTOR, within_fence
 from bucketsearch.index.costmodel.regression import CONFIDENCE, fit_linear
 
 ENGINE_NAMES = ("single", "mih", "scan")
+#: :data:`index.base.ENGINES` as an array: engine codes to names in one indexing
+_ENGINE_NAMES = np.array(ENGINES, dtype=object)
 #: per engine, its terms in priority order and the counter each multiplies
 ENGINE_TERMS = {
     "single": (("probes", "bucket probes, sum C(Q, r) over the radii searched (paper's t0)"),
@@ -100,29 +103,52 @@ class QuerySamples:
 
     @classmethod
     def from_stats(cls, stats) -> QuerySamples:
-        """From a :class:`~index.base.SearchStats` (or a list of them)."""
-        if isinstance(stats, (list, tuple)):
-            stats = type(stats[0]).concat(list(stats)) if len(stats) > 1 else stats[0]
-        nq = len(stats.radii)
-        reached = np.arange(stats.probes.shape[1])[None, :] < np.asarray(stats.radii)[:, None]
+        """From a :class:`~index.base.SearchStats` or a list of them (the server's recent
+        searches, often one query each: joined by width, one ``np.concatenate`` per field and
+        width, not one padded copy per part)."""
+        parts = list(stats) if isinstance(stats, (list, tuple)) else [stats]
+        by_width: dict[int, list] = {}
+        for st in parts:
+            by_width.setdefault(st.probes.shape[1], []).append(st)
+        out = [cls._from_group(group) for group in by_width.values()]
+        if len(out) == 1:
+            return out[0]
+        return cls(*(np.concatenate([getattr(p, f) for p in out])
+                     for f in ("engine", "k", "radius", "total_ns")),
+                   {c: np.concatenate([p.counters[c] for p in out]) for c in COUNTERS})
 
-        def total(name):
-            arr = getattr(stats, name, None)
-            return (np.zeros(nq) if arr is None
-                    else np.where(reached, arr, 0).sum(axis=1).astype(np.float64))
+    @classmethod
+    def _from_group(cls, parts: list) -> QuerySamples:
+        """The SearchStats ``parts``, all of one per-radius width."""
+        def cat(name, fill=0, dtype=np.int64):
+            arrays = [getattr(p, name, None) for p in parts]
+            have = [a for a in arrays if a is not None]
+            if not have:
+                return None
+            if len(have) == len(arrays):
+                return np.concatenate(arrays).astype(dtype, copy=False)
+            tail = np.shape(have[0])[1:]
+            return np.concatenate([np.asarray(a, dtype=dtype) if a is not None else np.full(
+                (len(p.radii),) + tail, fill, dtype=dtype) for a, p in zip(arrays, parts)])
 
-        counters = {c: total(c) for c in ("probes", "items", "candidates")}
-        probed = np.where(reached, stats.probes, 0)
-        counters["flip_search"] = flip_search(probed)
-        counters["flip_radii"] = (probed > 1).sum(axis=1).astype(np.float64)
-        codes = getattr(stats, "codes_compared", None)
-        counters["codes_compared"] = (np.zeros(nq) if codes is None
-                                      else np.asarray(codes, dtype=np.float64))
-        k = getattr(stats, "k", None)
-        return cls(np.array(stats.engine_names(), dtype=object),
-                   np.zeros(nq, dtype=np.int64) if k is None else np.asarray(k, np.int64),
-                   np.asarray(stats.radii, dtype=np.int64) - 1,
-                   np.asarray(stats.total_ns, dtype=np.float64), counters)
+        radii = cat("radii")
+        nq = len(radii)
+        reached = np.arange(parts[0].probes.shape[1])[None, :] < radii[:, None]
+        probed = np.where(reached, cat("probes"), 0)
+        counters = {"probes": probed.sum(axis=1).astype(np.float64),
+                    "flip_search": flip_search(probed),
+                    "flip_radii": (probed > 1).sum(axis=1).astype(np.float64)}
+        for name in ("items", "candidates"):
+            arr = cat(name)
+            counters[name] = (np.zeros(nq) if arr is None
+                              else np.where(reached, arr, 0).sum(axis=1).astype(np.float64))
+        codes = cat("codes_compared")
+        counters["codes_compared"] = np.zeros(nq) if codes is None else codes.astype(np.float64)
+        engine = cat("engine")
+        k = cat("k")
+        return cls(_ENGINE_NAMES[np.zeros(nq, dtype=np.int64) if engine is None else engine],
+                   np.zeros(nq, dtype=np.int64) if k is None else k, radii - 1,
+                   cat("total_ns").astype(np.float64), counters)
 
     @classmethod
     def from_queries(cls, queries: list[dict]) -> QuerySamples:
