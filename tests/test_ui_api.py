@@ -206,6 +206,9 @@ def test_extended_prediction_worked_example():
         ([None, None], [None, None])
     unknown = model(fixed=1.0, candidates=3.0)  # a term the profile lacks
     assert extended_prediction(unknown, means, 2) == ([None, None], [None, None])
+    # a negative coefficient making a time negative: no prediction there, not "-987 ns"
+    assert extended_prediction(model(fixed=100.0, probes=2.0, items=-600.0), means, 3) == \
+        ([None, 32.0, None], [None, None, None])
 
 
 def test_the_wheel_ships_the_dashboard_files(tmp_path):

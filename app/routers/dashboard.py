@@ -107,7 +107,8 @@ def extended_prediction(model: dict | None, means: dict[str, np.ndarray],
     identified term; an unidentified term is left out of the model, so it adds nothing), and
     per radius ``T(r) - T(r - 1)`` (``T(0)`` at radius 0). The model is linear, so the
     prediction at the mean features is the mean prediction. None throughout when there is no
-    model yet or it has a term the profile does not measure."""
+    model yet or it has a term the profile does not measure; None where the prediction is
+    negative (the issue-26 dashboard showed "extended ns -987" at radius 0)."""
     terms = {name: float(t["coef_ns"]) for name, t in ((model or {}).get("terms") or {}).items()}
     features = [t for t in terms if t != "fixed"]
     if not terms or any(t not in means for t in features):
@@ -117,7 +118,10 @@ def extended_prediction(model: dict | None, means: dict[str, np.ndarray],
         per_radius += terms[term] * means[term][:width]
     cumulative = np.cumsum(per_radius) + terms.get("fixed", 0.0)
     per_radius[0] = cumulative[0]
-    return per_radius.tolist(), cumulative.tolist()
+    # a time is never negative: where a negative coefficient (an item term fitted below 0 on
+    # noisy samples) makes the prediction so, there is none (the dashboard shows "-")
+    return ([None if v < 0 else float(v) for v in per_radius],
+            [None if v < 0 else float(v) for v in cumulative])
 
 
 def planner_choices(main, radius: int) -> dict | None:
