@@ -185,6 +185,9 @@ def test_indexes_page_charts_the_known_bucket_sizes(open_server, page_of):
     (bars,) = chart_data(page, "hist-chart")
     assert bars["x"] == sorted(BUCKETS) and bars["y"] == [BUCKETS[s] for s in sorted(BUCKETS)]
     assert page.locator("#hist-chart .barlayer .point").count() == len(BUCKETS)
+    # whole numbers of items: a category axis, never ticks at 0.6 .. 1.4 items (issue 26)
+    assert page.evaluate("document.getElementById('hist-chart')._fullLayout.xaxis.type") \
+        == "category"
     row = page.locator("#indexes tbody tr[data-name='known'] td")
     cells = row.all_inner_texts()
     n_items = sum(s * c for s, c in BUCKETS.items())

@@ -170,7 +170,8 @@
         type: "bar", name: "buckets", x: rows.map((r) => r.size), y: rows.map((r) => r.buckets),
         marker: { color: charts.COLORS.measured },
         hovertemplate: "%{y} buckets of %{x} items<extra></extra>",
-      }], { xaxis: { title: { text: "items in the bucket" } },
+      }], { // whole numbers of items, one bar or many: never a fractional axis (0.6 .. 1.4)
+            xaxis: { title: { text: "items in the bucket" }, type: "category" },
             yaxis: { title: { text: "buckets" }, type: "log" }, showlegend: false });
     }
     return poll(refresh);
