@@ -46,6 +46,7 @@ N_BUCKETS = SUB_BUCKETS * OCTAVES + 1
 EXTENDED_BUFFER_ROWS = 20_000
 MAX_PENDING = 1024  # queued searches folded in by the request that exceeds this
 OBSERVED = "observed searches"
+HISTORY_VERSION = 1
 CALIBRATION = "calibration"
 
 
@@ -360,6 +361,36 @@ class CostTracker:
         with self._lock:
             self._engines_cache = (key, report)
         return report
+
+    def history(self) -> dict:
+        """The figures kept across a restart (JSON): the per-radius records of every search so
+        far (all range queries, and those of the paper's model) and the query counts. The fits
+        of recent searches are not kept: they refit on the searches after the restart."""
+        self.drain()
+        with self._lock:
+            return {"version": HISTORY_VERSION, "bits": self.bits, "queries": self.queries,
+                    "knn_queries": self.knn_queries, "samples": self._samples,
+                    "radii": {str(r): rec.to_json() for r, rec in self.radii.items()},
+                    "paper_radii": {str(r): rec.to_json()
+                                    for r, rec in self.paper_radii.items()}}
+
+    def restore(self, history: dict) -> None:
+        """Add a :meth:`history` (of an index of the same bits) to the figures; ValueError
+        naming what does not fit."""
+        if not isinstance(history, dict) or history.get("version") != HISTORY_VERSION:
+            raise ValueError(f"cost history: version {HISTORY_VERSION} expected, got "
+                             f"{history.get('version') if isinstance(history, dict) else history!r}")
+        if history.get("bits") != self.bits:
+            raise ValueError(f"cost history: bits {history.get('bits')!r}, the index has "
+                             f"{self.bits}")
+        with self._lock:
+            for name in ("radii", "paper_radii"):
+                records = getattr(self, name)
+                for r, rec in history.get(name, {}).items():
+                    records.setdefault(int(r), RadiusRecord()).add(RadiusRecord.from_json(rec))
+            self.queries += int(history.get("queries", 0))
+            self.knn_queries += int(history.get("knn_queries", 0))
+            self._samples += int(history.get("samples", 0))
 
     def snapshot(self, paper: bool = False) -> dict[int, RadiusRecord]:
         """Per radius, the records of the range queries (``paper``: of those that ran

@@ -10,6 +10,7 @@ rename. Names are unique regardless of case, and the number of indexes is capped
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -66,6 +67,34 @@ def require_in_process(entry, what: str) -> None:
 
 class IndexUnavailable(OSError):
     """The index exists but could not be opened (HTTP 503 with the reason)."""
+
+
+#: per index folder: the cost figures of its searches so far (CostTracker.history), written
+#: when the server stops and read back when it starts, so a restart keeps them
+COST_HISTORY = "cost-history.json"
+
+
+def read_cost_history(folder: Path, tracker: CostTracker) -> None:
+    """Add the folder's saved cost history to ``tracker`` (none: nothing; unreadable: logged
+    and left out, the index serves)."""
+    path = folder / COST_HISTORY
+    if not path.exists():
+        return
+    try:
+        tracker.restore(json.loads(fsio.read_bytes(path)))
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("index folder %s: cost history not read back (%s)", folder.name, exc)
+
+
+def write_cost_history(folder: Path, tracker: CostTracker) -> None:
+    """Save ``tracker``'s history into the folder atomically (a failure is logged: the figures
+    are a record, not data)."""
+    if not folder.is_dir():  # the index was deleted
+        return
+    try:
+        fsio.replace_file(folder / COST_HISTORY, json.dumps(tracker.history()).encode())
+    except OSError as exc:
+        log.warning("index folder %s: cost history not saved (%s)", folder.name, exc)
 
 
 @dataclass
@@ -140,7 +169,10 @@ class Registry:
         live = LiveIndex(folder, int(meta["bits"]), meta["mode"], meta.get("substrings"),
                          max_probes=s.max_probes, merge_threshold=s.merge_threshold,
                          read_only=s.read_only, mmap=s.mmap)
-        return Entry(meta["name"], int(meta["bits"]), live, CostTracker(int(meta["bits"])), folder)
+        tracker = CostTracker(int(meta["bits"]))
+        if not s.read_only:  # read-only workers (--workers N) would each count it again
+            read_cost_history(folder, tracker)
+        return Entry(meta["name"], int(meta["bits"]), live, tracker, folder)
 
     def load_all(self) -> None:
         """Open every index folder; a failure is isolated to its index. A read-only server
@@ -395,6 +427,8 @@ class Registry:
             self._follower.join()
         for entry in list(self.entries.values()):
             entry.live.close()
+            if not self.settings.read_only and not getattr(entry.live, "sharded", False):
+                write_cost_history(entry.folder, entry.cost)
         if self.data_lock is not None:
             self.data_lock.release()
 

@@ -204,3 +204,33 @@ def test_the_responses_stats_give_the_same_counts_offline(run):
         assert offline[r]["mean_empty_buckets"] == pytest.approx(live[r]["mean_empty_buckets"])
         for scope in ("measured", "measured_cumulative"):  # means are exact in both
             assert offline[r][scope]["mean_ns"] == pytest.approx(live[r][scope]["mean_ns"])
+
+
+def test_cost_history_and_merges_are_read_back_after_a_restart(tmp_path):
+    """Issue 26: after a restart the dashboard showed "merges 0" and no searches; the
+    per-radius figures and the merge count are kept (a read-only worker does not read them:
+    with --workers N each would count them again)."""
+    rng = np.random.default_rng(5)
+    data = tmp_path / "data"
+    with app_client(data) as c:
+        c.post("/v1/indexes", json={"name": "h", "bits": BITS, "mode": "single"})
+        for i in range(3):
+            xb = _words(rng, 50)
+            c.post("/v1/indexes/h/items", json={"ids": list(range(50 * i, 50 * (i + 1))),
+                                                "codes": to_hex(xb, BITS)})
+            assert c.post("/v1/indexes/h/merge").status_code == 200
+        for r in (0, 1, 2):
+            assert c.post("/v1/indexes/h/search", json={"codes": to_hex(xb[:7], BITS),
+                                                        "max_distance": r}).status_code == 200
+        assert c.post("/v1/indexes/h/search", json={"codes": to_hex(xb[:4], BITS),
+                                                    "k": 3}).status_code == 200
+        before = c.get("/v1/indexes/h/cost-model").json()
+        assert c.get("/v1/indexes/h").json()["merges"] == 3
+    with app_client(data) as c:
+        assert c.get("/v1/indexes/h").json()["merges"] == 3
+        after = c.get("/v1/indexes/h/cost-model").json()
+        assert after["queries"] == before["queries"] == 21
+        assert [(r["radius"], r["queries"], r["measured"]["p50_ns"]) for r in after["radii"]] \
+            == [(r["radius"], r["queries"], r["measured"]["p50_ns"]) for r in before["radii"]]
+    with app_client(data, read_only=True) as c:
+        assert c.get("/v1/indexes/h/cost-model").json()["queries"] == 0
