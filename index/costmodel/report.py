@@ -9,6 +9,7 @@ import numpy as np
 
 from bucketsearch.index.costmodel.paper import (PaperModel, fit_t0, paper_probes, per_radius_means,
                                                 r_squared, reached_mask)
+from bucketsearch.index.costmodel.engines import QuerySamples, engine_report
 from bucketsearch.index.costmodel.stepmodel import ExtendedModel, fit_extended, stats_features
 
 
@@ -25,7 +26,10 @@ def cost_report(index, queries, max_radius: int, paper: PaperModel | None = None
     statistics (best of ``repeats`` runs); ``measured_ns`` is the mean whole-query time
     (``total_ns``), ``paper_ns = t0 * P(R)`` with ``t0`` from ``paper`` (default: the planner's
     single-table fit for ``auto``, else fitted on this index's own measurements through the
-    origin; pass the single table's model to see how far it is from mih or scan), and, for
+    origin; pass the single table's model to see how far it is from mih or scan), what ran
+    (``engine``) with its own model's charge (``own_model_ns``, median, beside the median
+    query time ``own_measured_ns``, ``own_holds``; the whole :mod:`.engines` report under
+    ``engines``), and, for
     indexes with per-radius phases, ``lookup_ns`` is the mean cumulative per-radius time and
     ``extended_ns`` the extended model fitted on those phases. Radii whose single-table/mih
     probe count exceeds the index's limit are reported with ``measured_ns = None``.
@@ -35,6 +39,7 @@ def cost_report(index, queries, max_radius: int, paper: PaperModel | None = None
     xq = index._check_queries(queries)
     rows = []
     last_stats = None
+    ran = []  # the best run of every radius: the model of what ran is fitted on them
     for R in range(max_radius + 1):
         row = {"radius": R, "probes_paper": paper_probes(bits, R)[-1]}
         try:
@@ -46,6 +51,7 @@ def cost_report(index, queries, max_radius: int, paper: PaperModel | None = None
                     best = (mean, st)
             row["measured_ns"], st = best
             last_stats = st
+            ran.append(st)
             row["probes_measured"] = int(st.probes.sum() // max(len(xq), 1))
             if st.plan is not None:
                 row["plan"] = st.plan.get("mode")
@@ -69,6 +75,16 @@ def cost_report(index, queries, max_radius: int, paper: PaperModel | None = None
               "t0_ns": paper.t0_ns, "rows": rows,
               "paper_r2": r_squared([r["measured_ns"] for r in ok],
                                     [r["paper_ns"] for r in ok]) if len(ok) > 1 else None}
+    if ran:  # each radius charged by the model of the engine that ran it (.engines)
+        own = engine_report(QuerySamples.from_stats(ran), bits, paper.t0_ns, "paper")
+        by_r = {r["radius"]: r for r in own["rows"] if r["k"] == 0}
+        for r in rows:
+            mine = by_r.get(r["radius"])
+            if mine is not None:
+                r["engine"], r["own_model_ns"] = mine["engine"], mine["modeled_p50_ns"]
+                r["own_measured_ns"] = mine["measured_p50_ns"]
+                r["own_holds"] = mine["holds"]
+        report["engines"] = own
     if last_stats is not None and mode in ("single", "mih"):
         ext = fit_extended(last_stats)
         cum = np.cumsum(_mean_prediction(ext, last_stats))
@@ -94,7 +110,8 @@ def print_report(report: dict, console=None) -> None:
     console = console or Console()
     table = Table(title=f"{report['mode']}: {report['bits']}-bit codes, N={report['ntotal']:,}, "
                         f"{report['nq']} queries, t0={report['t0_ns']:.2f} ns")
-    for col in ("R", "P(R)", "measured us", "paper us", "paper/measured", "extended us", "plan"):
+    for col in ("R", "P(R)", "measured us", "paper us", "paper/measured", "engine",
+                "own p50 us", "own model us", "holds", "extended us"):
         table.add_column(col, justify="right")
     for r in report["rows"]:
         def us(v):
@@ -102,9 +119,17 @@ def print_report(report: dict, console=None) -> None:
         table.add_row(str(r["radius"]), f"{r['probes_paper']:,}", us(r["measured_ns"]),
                       us(r["paper_ns"]),
                       "-" if r["paper_over_measured"] is None
-                      else f"{r['paper_over_measured']:.2f}",
-                      us(r.get("extended_ns")), r.get("plan", ""))
+                      else f"{r['paper_over_measured']:.2f}", r.get("engine", "-"),
+                      us(r.get("own_measured_ns")), us(r.get("own_model_ns")),
+                      {None: "-", True: "yes", False: "no"}[r.get("own_holds")],
+                      us(r.get("extended_ns")))
     console.print(table)
+    console.print("P(R) = sum_{r<=R} C(Q, r); paper us = t0 x P(R) (the paper's single-table "
+                  "model, t0 in the title); measured: mean whole-query time; engine: what ran "
+                  "(auto: its plan); own p50 / own model: the median query time and the "
+                  "median charge of that engine's own model (index.costmodel.engines), holds "
+                  "when within a factor 2; extended: the planner's step model", markup=False,
+                  highlight=False)
 
 
 def plot_reports(reports: list[dict], path) -> None:
