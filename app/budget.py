@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bucketsearch.app.costfit import CALIBRATION_PASSES, paper_engine
 from bucketsearch.index.base import CANDIDATE_FIELDS, STAT_FIELDS
 
 #: Bytes one result may cost while it is built and sent: int64 id + int32 distance in the
@@ -166,24 +167,24 @@ def knn_work(state, nq: int, k: int, radius: int | None) -> Work:
 
 def check_calibration(state, queries: int, max_distance: int, settings) -> None:
     """The budget of ``POST .../cost-model/calibrate``, before any work: ``queries`` sampled
-    queries searched at every radius ``r = 0..max_distance`` of the main table, with statistics
-    and no result cap. Probes and compares add up over the radii; memory is the statistics of
-    every radius (kept for the fit, twice: the samples the fit builds are as large) plus the
-    largest answer of one radius (dropped before the next)."""
-    main = state.main
+    queries searched one by one at every radius ``r = 0..max_distance`` of the single table
+    (:func:`app.costfit.calibrate`; an ``auto`` index's planner's, none for an ``mih`` index),
+    with statistics and no result cap, up to ``CALIBRATION_PASSES`` times (a warm pass, then
+    rounds until the interval is tight). Probes add up over the radii and passes; memory is the
+    statistics of every search (kept for the fit, twice: the samples the fit builds are as
+    large) plus the largest answer of one search."""
+    single = paper_engine(state.main)
+    passes = CALIBRATION_PASSES if single is not None else 0
     total = Work()
     kept, peak = 0, 0
     for r in range(max_distance + 1):
-        mode = plan_mode(main, r, queries)
-        scan = mode == "scan"
-        total.probes += queries * main.probe_count(r, queries)
-        total.compares += queries * int(main.ntotal) * scan
-        kept += 2 * stats_bytes(queries, r + 1)
-        answer = queries * ball_items(main, state.bits, r)
-        peak = max(peak, answer * RESULT_BYTES + stats_bytes(queries, state.bits + 1 if scan
-                                                             else r + 1))
+        total.probes += passes * queries * (single.probe_count(r) if single is not None else 0)
+        kept += 2 * passes * stats_bytes(queries, r + 1)
+        answer = ball_items(state.main, state.bits, r)
+        peak = max(peak, answer * RESULT_BYTES + stats_bytes(1, r + 1))
     total.memory = kept + peak
-    total.check(settings, f"calibration: {queries} queries x radii 0..{max_distance}",
+    total.check(settings, f"calibration: {queries} queries x radii 0..{max_distance} x "
+                          f"{passes} passes",
                 "use fewer queries or a smaller max_distance")
 
 

@@ -439,6 +439,8 @@ def calibration_probes(main, radius: int) -> int:
 #: rounds of a calibration: at least ``CALIBRATION_ROUNDS[0]``, then more until the interval
 #: over the rounds is tight, at most ``CALIBRATION_ROUNDS[1]``
 CALIBRATION_ROUNDS = (3, 8)
+#: searches of each query and radius a calibration makes at most: a warm pass and the rounds
+CALIBRATION_PASSES = 1 + CALIBRATION_ROUNDS[1]
 #: "tight": the interval's half-width at most this fraction of t0
 CALIBRATION_TIGHT = 0.10
 CALIBRATION_ESTIMATOR = f"{RADIUS_FIT}, mean over repeated rounds"

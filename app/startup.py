@@ -226,7 +226,7 @@ def warm_index(entry, settings) -> None:
         calibrate(live, entry.cost, settings.calibration_queries, radius)
         cal = entry.cost.calibration
         note = (f"t0 [{cal['estimator']}] {cal['verdict']} from "
-                f"{settings.calibration_queries} queries at radii 0..{radius}"
+                f"{settings.calibration_queries} queries at radius {radius} and below"
                 if cal.get("t0_ns") is not None else f"t0 not calibrated: {cal['reason']}")
     log.info("calibration: index %s (%d items): %s in %.2f s", entry.name, live.ntotal, note,
              time.perf_counter() - t)
