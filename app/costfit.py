@@ -439,6 +439,9 @@ def calibration_probes(main, radius: int) -> int:
 #: rounds of a calibration: at least ``CALIBRATION_ROUNDS[0]``, then more until the interval
 #: over the rounds is tight, at most ``CALIBRATION_ROUNDS[1]``
 CALIBRATION_ROUNDS = (3, 8)
+#: calls per radius and round: one query each up to this many queries, then batches (a
+#: calibration of 100,000 queries is not 900,000 calls)
+CALIBRATION_MAX_CALLS = 256
 #: searches of each query and radius a calibration makes at most: a warm pass and the rounds
 CALIBRATION_PASSES = 1 + CALIBRATION_ROUNDS[1]
 #: "tight": the interval's half-width at most this fraction of t0
@@ -474,10 +477,12 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
 
     ``n_queries`` sampled queries (:func:`sample_queries`) are searched at every radius
     0..``radius`` (so the per-probe cost can be told from the fixed cost per query) with
-    statistics, as served searches run: one query per call (a batch keeps the caches warmer
-    than served one-query requests find them: 4 ns a probe against 14.5 served, on the demo's
-    data), one untimed round first (code compiled, table pages warm), then rounds of the same searches, each giving a ``radius_fit`` t0, until
-    the interval over the rounds (Student's t, :func:`round_interval`) is within ``tight`` of
+    statistics, as served searches run: one query per call (at most
+    :data:`CALIBRATION_MAX_CALLS` calls per radius, in batches beyond; a batch keeps the
+    caches warmer than served one-query requests find them: 4 ns a probe against 14.5 served,
+    on the demo's data), one untimed round first (code compiled, table pages warm), then
+    rounds of the same searches, each giving a ``radius_fit`` t0, until the interval over the
+    rounds (Student's t, :func:`round_interval`) is within ``tight`` of
     the mean after at least ``rounds[0]`` rounds; after ``rounds[1]`` it is reported unstable
     with its interval. ``t0`` is the mean over the rounds (estimator
     :data:`CALIBRATION_ESTIMATOR`); :func:`index.costmodel.fit_all` of every round's searches
@@ -495,9 +500,11 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
         return None
     xq = sample_queries(live, n_queries, seed)
 
-    def one_round():  # one query per call, as served searches mostly come
-        return [engine.range_search(xq[i:i + 1], r, stats=True)[3]
-                for r in range(radius + 1) for i in range(len(xq))]
+    calls = np.array_split(xq, min(len(xq), CALIBRATION_MAX_CALLS))
+
+    def one_round():  # one query per call (as served searches mostly come), up to the cap
+        return [engine.range_search(part, r, stats=True)[3]
+                for r in range(radius + 1) for part in calls]
 
     one_round()  # warm: compiled code, the table's pages and caches, as served queries find them
     per_round, stats = [], []
