@@ -65,7 +65,10 @@ def require_in_process(entry, what: str) -> None:
 
 
 class IndexUnavailable(OSError):
-    """The index exists but could not be opened (HTTP 503 with the reason)."""
+    """The index exists but could not be opened (HTTP 503 with the reason and
+    ``Retry-After: retry_after_s``)."""
+
+    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away
 
 
 @dataclass
