@@ -134,7 +134,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IndexUnavailable)
     async def unavailable(request: Request, exc: IndexUnavailable):
-        return _json(503, str(exc), headers={"Retry-After": "30"})
+        return _json(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
     @app.exception_handler(AppendFailed)
     @app.exception_handler(LogFailed)

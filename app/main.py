@@ -19,6 +19,7 @@ from bucketsearch.app.deps import declared_permission
 from bucketsearch.app.guard import AccessPolicy, Guard
 from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
+from bucketsearch.app.raysession import stop_ray
 from bucketsearch.app.registry import Registry
 from bucketsearch.app.routers import (costmodel, dashboard, evaluate, health, indexes, sample,
                                       search, ui)
@@ -54,7 +55,10 @@ async def lifespan(app: FastAPI):
         app.state.ready = False
         await run_in_threadpool(loader.join)
         await run_in_threadpool(app.state.metrics.close)  # a worker's last figures
-        await run_in_threadpool(app.state.registry.close)
+        try:
+            await run_in_threadpool(app.state.registry.close)
+        finally:  # serve --shards: Ray's processes end with the server
+            await run_in_threadpool(stop_ray)
 
 
 ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router,

@@ -66,7 +66,10 @@ def require_in_process(entry, what: str) -> None:
 
 
 class IndexUnavailable(OSError):
-    """The index exists but could not be opened (HTTP 503 with the reason)."""
+    """The index exists but could not be opened (HTTP 503 with the reason and
+    ``Retry-After: retry_after_s``)."""
+
+    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away
 
 
 #: per index folder: the cost figures of its searches so far (CostTracker.history), written

@@ -27,12 +27,12 @@ is the ball's radius ``j + d``), the per-shard detail in ``stats.plan``.
 Failure: the actors are created with ``max_restarts=-1``; a restarted actor reopens its
 ``LiveIndex`` from its WAL and snapshot. A call to a dead or restarting shard raises
 :class:`ShardUnavailable` (an :class:`~app.registry.IndexUnavailable`: HTTP 503 with
-Retry-After); no partial answer is ever returned. Writes: see :meth:`ShardedLive.add`,
-:meth:`ShardedLive.upsert` for what a 503 leaves behind.
+Retry-After); no partial answer is ever returned. Writes are all or nothing across the
+shards: an intent with the before-images at the ingress, undone on every shard when any part
+fails, before any shard serves again (:mod:`app.shardwrites`).
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -42,62 +42,35 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.app import shardwrites
 from bucketsearch.app.partitioning import (PARTITIONINGS, id_shard, join_prefix,
                                             popcount_small, prefix_bits, split_prefix)
+from bucketsearch.app.raysession import ensure_ray  # noqa: F401 -- the registry's entry
 from bucketsearch.app.registry import IndexUnavailable
 from bucketsearch.app.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.probe import ResultLimitError
-from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import DuplicateIdError, write_batch
 
 log = logging.getLogger("bucketsearch.app")
 
-MOVES_FILE = "moves.pending.json"  # code_prefix upserts that move ids between shards
 CALL_TIMEOUT_S = 120.0  # one shard call (a large batch or a merge can take seconds)
+REPLICA_WAIT_S = 30.0  # after an undo: how long the replicas get to apply it (then 503)
+_NO_IDS = np.zeros(0, dtype=np.int64)
+#: Retry-After of a 503 for a shard that is down: Ray restarts a killed shard actor and it
+#: reopens its live index from its snapshot and log in 1-3 s (tests/test_shards.py measures it)
 RETRY_AFTER_S = 5
 
 
 class ShardUnavailable(IndexUnavailable):
-    """A shard actor is dead or restarting: the request is refused whole (503, Retry-After)."""
+    """A shard actor is dead or restarting (or a failed write is being undone): the request is
+    refused whole (503, ``Retry-After: RETRY_AFTER_S``)."""
 
-
-def _read_moves(path: Path, n_shards: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``ids, old, new`` of a pending-moves record; ValueError naming the file and the field
-    when it is not three equally long lists of integers (ids >= 0, shards < ``n_shards``)."""
-    try:
-        rec = json.loads(fsio.read_bytes(path))
-        out = [np.asarray(rec[k], dtype=np.int64) for k in ("ids", "old", "new")]
-    except (ValueError, KeyError, TypeError, OverflowError) as exc:
-        raise ValueError(f"{path}: unreadable pending shard moves ({type(exc).__name__}: "
-                         f"{exc}); expected JSON {{\"ids\": [...], \"old\": [...], "
-                         f"\"new\": [...]}}") from None
-    ids, old, new = out
-    for name, arr, low, high in (("ids", ids, 0, 2**63 - 1), ("old", old, 0, n_shards - 1),
-                                 ("new", new, 0, n_shards - 1)):
-        if arr.ndim != 1 or len(arr) != len(ids) or (len(arr) and (
-                arr.min() < low or arr.max() > high)):
-            raise ValueError(f"{path}: pending shard moves: {name!r} must be a list of "
-                             f"{len(ids)} integers in [{low}, {high}]")
-    return ids, old, new
+    retry_after_s = RETRY_AFTER_S
 
 
 # ------------------------------------------------------------------------------ Ray glue
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to the Ray cluster at ``address``, or start a local Ray (``num_cpus`` = the
-    cores) once per process."""
-    import ray
-    if ray.is_initialized():
-        return
-    if address:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
-                 log_to_driver=True)
-    else:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 logging_level=logging.WARNING)
-
-
 def _get(refs, what: str):
     """``ray.get(refs)``: a dead or restarting shard raises :class:`ShardUnavailable`; an
     exception raised inside a shard is raised here as itself (ValueError, ProbeLimitError...)."""
@@ -201,9 +174,15 @@ class ShardedLive:
         self._write_lock = threading.RLock()  # add_next holds it around add
         self._probe_cache: dict = {}
         self._totals: dict = {}
+        self.follow_interval_s = float(follow_interval_s)
+        # a failed write not undone yet (app/shardwrites.py): every request finishes it first
+        self._undo: shardwrites.Intent | None = None
+        self._undo_sent = True
         try:
             self.refresh()  # waits for every shard to open (recovery), or raises
-            self._finish_moves()
+            self._undo = shardwrites.read_intent(self.folder, self.n, self.bits)
+            if self._undo is not None:  # the ingress stopped during a write: presumed aborted
+                self._finish_undo()
         except BaseException:
             for a in self.actors + [r for rs in self.replicas for r in rs]:
                 ray.kill(a, no_restart=True)
@@ -350,7 +329,9 @@ class ShardedLive:
 
     def _fan_out(self, xq, radius_of, call):
         """Per shard, the query groups it gets: ``[(rows, d, xq_part, radius), ...]``;
-        ``call(actor, [(xq_part, radius), ...])`` is submitted for every shard with work."""
+        ``call(actor, [(xq_part, radius), ...])`` is submitted for every shard with work (once
+        no failed write is left to undo: :meth:`_settle`)."""
+        self._settle()
         nq = len(xq)
         plans = []
         if self.partitioning == "id_hash":
@@ -484,35 +465,23 @@ class ShardedLive:
                            delta_ns=delta_ns)
 
     # ---------------------------------------------------------------------------- writes
-    def _where_live(self, ids: np.ndarray, shards=None) -> np.ndarray:
-        """The shard where each id is live (-1: nowhere), asking ``shards`` (default all)."""
-        shards = range(self.n) if shards is None else shards
-        masks = _get([self.actors[s].live_mask.remote(ids) for s in shards], "lookup")
-        where = np.full(len(ids), -1, dtype=np.int64)
-        for s, m in zip(shards, masks):
-            where[np.asarray(m)] = s
-        return where
-
+    # Every write is all or nothing across the shards: app/shardwrites.py (the protocol).
     def add(self, codes, ids) -> int:
-        """Insert: every id checked unique across the shards first (under the ingress's write
-        lock), then each shard's part written in parallel. A shard that fails its part makes
-        the others' parts deleted again (compensation) before the error is raised; if the
-        ingress dies in between, those parts stay (acknowledged by no one: retry as upsert)."""
+        """Insert: every id checked unique across the shards first (409 naming the first id
+        already live), then each shard's part written, all or nothing (:meth:`_write`)."""
         ids, words = write_batch(codes, ids, self.bits)
         if not len(ids):
             return 0
         owner, stored = self._owner(ids, words)
         with self._write_lock:
-            if self.partitioning == "code_prefix":  # id_hash: the owner shard checks its ids
-                where = self._where_live(ids)
-                if (where >= 0).any():
-                    raise DuplicateIdError(f"ids: id {int(ids[where >= 0][0])} already exists "
-                                           "in the index (delete it first, or upsert to "
-                                           "replace it)")
-            shards = sorted(set(owner.tolist()))
-            refs = [self.actors[s].add.remote(stored[owner == s], ids[owner == s])
-                    for s in shards]
-            self._settle(refs, shards, owner, ids, "add")
+            self._settle()
+            found, before = self._lookup(ids)
+            if found.any():
+                raise DuplicateIdError(f"ids: id {int(ids[found][0])} already exists in the "
+                                       "index (delete it first, or upsert to replace it)")
+            self._write("add", ids, found, before,
+                        {s: (_NO_IDS, stored[owner == s], ids[owner == s])
+                         for s in np.unique(owner).tolist()})
         return len(ids)
 
     def add_next(self, codes) -> tuple[int, int]:
@@ -520,106 +489,167 @@ class ShardedLive:
         shard has seen written (each shard keeps its mark durably), taken under the write
         lock. Returns ``(first_id, count)``."""
         with self._write_lock:
+            self._settle()
             first = max(s["next_id"] for s in self._shards)
             words = as_words(codes, self.bits)
             return first, self.add(words, np.arange(first, first + len(words), dtype=np.int64))
 
-    def _settle(self, refs, shards, owner, ids, what: str):
-        """Wait for every part; on any failure delete the parts that succeeded, then raise."""
-        import ray
-        done, errors = [], []
-        for s, ref in zip(shards, refs):
-            try:
-                value, counts = _get(ref, what)
-                done.append((s, value))
-                self._set_counts({s: counts})
-            except Exception as exc:  # noqa: BLE001 -- undone below, then raised
-                errors.append(exc)
-        if errors:
-            if what == "add":
-                undo = [self.actors[s].delete.remote(ids[owner == s]) for s, _ in done]
-                try:
-                    ray.get(undo, timeout=CALL_TIMEOUT_S)
-                except Exception:  # noqa: BLE001
-                    log.exception("sharded add: undoing the parts written failed")
-            self.refresh_quietly()
-            raise errors[0]
-        return [r for _, r in done]
-
     def upsert(self, codes, ids) -> tuple[int, int]:
-        """Insert or replace. id_hash: each id's shard upserts its part (idempotent: after a
-        503 some parts may be applied; retry the upsert). code_prefix: an id whose new code has
-        another prefix moves: the move is written to ``moves.pending.json`` (fsynced), the new
-        shard upserts, the old shard deletes, the file is removed. Opening the index finishes
-        a pending move (the new shard holds the id: the old copy is deleted), so a crash
-        between the two shards' writes never leaves the id live twice once reopened; so does
-        the next upsert, first, after a move that failed half way (a shard down: 503)."""
+        """Insert or replace, all or nothing (:meth:`_write`). code_prefix: an id whose new
+        code has another prefix moves: the new shard upserts it and the old shard deletes it
+        in the same write, so it is never live twice nor lost."""
         ids, words = write_batch(codes, ids, self.bits)
         if not len(ids):
             return 0, 0
         owner, stored = self._owner(ids, words)
         with self._write_lock:
-            self._finish_moves()  # one pending record at a time: never overwrite one
-            where = self._where_live(ids, None if self.partitioning == "code_prefix"
-                                     else sorted(set(owner.tolist())))
-            replaced = int((where >= 0).sum())
-            moving = (where >= 0) & (where != owner)
-            if moving.any():
-                self._write_moves(ids[moving], where[moving], owner[moving])
-            shards = sorted(set(owner.tolist()))
-            self._settle([self.actors[s].upsert.remote(stored[owner == s], ids[owner == s])
-                          for s in shards], shards, owner, ids, "upsert")
-            if moving.any():
-                old = where[moving]
-                olds = sorted(set(old.tolist()))
-                out = _get([self.actors[s].delete.remote(ids[moving][old == s]) for s in olds],
-                           "upsert (move)")
-                self._set_counts({s: c for s, (_, c) in zip(olds, out)})
-                fsio.unlink(self.folder / MOVES_FILE)
+            self._settle()
+            found, before = self._lookup(ids)
+            home = np.full(len(ids), -1, dtype=np.int64)  # where each id lives now
+            if found.any():
+                home[found] = self._owner(ids[found], before[found])[0]
+            moving = found & (home != owner)  # code_prefix only: id_hash keeps an id's shard
+            parts = {s: (ids[moving & (home == s)], stored[owner == s], ids[owner == s])
+                     for s in np.union1d(owner, home[moving]).tolist()}
+            self._write("upsert", ids, found, before, parts)
+        replaced = int(found.sum())
         return len(ids) - replaced, replaced
 
-    def _write_moves(self, ids, old, new) -> None:
-        record = {"ids": ids.tolist(), "old": old.tolist(), "new": new.tolist()}
-        fsio.replace_file(self.folder / MOVES_FILE, json.dumps(record).encode())
-
-    def _finish_moves(self) -> None:
-        """Complete the moves of ``moves.pending.json``, if any: where the new shard holds the
-        id, delete the old shard's copy; where it does not, the move never landed and the old
-        copy stays. Then remove the file. An unreadable record raises ValueError naming the
-        file (the index stays unavailable: which ids moved is unknown)."""
-        path = self.folder / MOVES_FILE
-        if not path.exists():
-            return
-        ids, old, new = _read_moves(path, self.n)
-        landed = np.zeros(len(ids), dtype=bool)
-        for s in set(new.tolist()):
-            sel = new == s
-            landed[sel] = np.asarray(_get(self.actors[s].live_mask.remote(ids[sel]), "moves"))
-        olds = sorted(set(old[landed].tolist()))
-        out = _get([self.actors[s].delete.remote(ids[landed & (old == s)]) for s in olds],
-                   "moves")
-        self._set_counts({s: c for s, (_, c) in zip(olds, out)})
-        log.warning("index %s: finished %d pending shard moves (%d had not landed)",
-                    self.folder.name, int(landed.sum()), int((~landed).sum()))
-        fsio.unlink(path)
-
     def delete(self, ids) -> int:
+        """Delete the live ones of ``ids`` (unknown ids are ignored), all or nothing
+        (:meth:`_write`); returns how many were deleted."""
         ids = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
         if not len(ids):
             return 0
         with self._write_lock:
-            if self.partitioning == "id_hash":
-                owner = id_shard(ids, self.n)
-                shards = sorted(set(owner.tolist()))
-                out = _get([self.actors[s].delete.remote(ids[owner == s]) for s in shards],
-                           "delete")
-            else:
-                shards = list(range(self.n))
-                out = _get([a.delete.remote(ids) for a in self.actors], "delete")
-            self._set_counts({s: c for s, (_, c) in zip(shards, out)})
-        return sum(n for n, _ in out)
+            self._settle()
+            found, before = self._lookup(ids)
+            ids, before = ids[found], before[found]
+            if not len(ids):
+                return 0
+            home = self._owner(ids, before)[0]
+            self._write("delete", ids, np.ones(len(ids), dtype=bool), before,
+                        {s: (ids[home == s], np.zeros((0, n_words(self.shard_bits)), np.uint64),
+                             _NO_IDS)
+                         for s in np.unique(home).tolist()})
+        return len(ids)
 
-    def get(self, ids):
+    def _write(self, op: str, ids, found, before, parts: dict) -> None:
+        """Send ``parts`` (per shard: ``(delete_ids, words, ids)``) all or nothing: the intent
+        (the before-images ``found``/``before`` of ``ids``) is made durable first, removed
+        once every shard answered (the commit); any failure undoes every part (:meth:`_abort`)
+        and is raised. Called with the write lock held."""
+        intent = shardwrites.Intent(op, time.time_ns(), tuple(sorted(parts)), ids,
+                                    np.asarray(found, dtype=bool), before[found])
+        sent = False
+        try:
+            shardwrites.write_intent(self.folder, intent)
+            sent = True
+            self._send(parts, add=op == "add", what=op)
+            shardwrites.clear_intent(self.folder)
+        except Exception:
+            self._abort(intent, sent)
+            raise
+
+    def _send(self, parts: dict, add: bool, what: str) -> None:
+        """Every shard's part in parallel; waits for every answer, then raises the first
+        error. A part still running after :data:`CALL_TIMEOUT_S` gets its shard restarted
+        (a fence: its part is then in the shard's log or not, never applied after the undo)."""
+        import ray
+        refs = [(s, self.actors[s].write.remote(d, w, i, add)) for s, (d, w, i) in parts.items()]
+        errors = []
+        for s, ref in refs:
+            try:
+                self._set_counts({s: _get(ref, what)})
+            except Exception as exc:  # noqa: BLE001 -- raised once every part has answered
+                errors.append(exc)
+                if isinstance(exc, ShardUnavailable) and not ray.wait([ref], timeout=0)[0]:
+                    ray.kill(self.actors[s], no_restart=False)
+        if errors:
+            raise errors[0]
+
+    def _abort(self, intent: shardwrites.Intent, sent: bool) -> None:
+        """Undo a failed write (every part, on every shard it touched: ``sent``) and remove
+        its intent; what cannot be undone now (a shard down) stays pending: every request
+        finishes it first (:meth:`_settle`) and answers 503 meanwhile."""
+        self._undo, self._undo_sent = intent, sent
+        try:
+            self._finish_undo()
+        except Exception as exc:  # noqa: BLE001 -- pending; the caller raises the write's error
+            log.warning("index %s: the failed %s of %d ids is not undone yet (%s: %s); the "
+                        "index answers 503 until it is", self.folder.name, intent.op,
+                        len(intent.ids), type(exc).__name__, exc)
+
+    def _finish_undo(self) -> None:
+        intent = self._undo
+        if self._undo_sent:
+            parts = self._undo_parts(intent)
+            self._send(parts, add=False, what="undo of a failed write")
+            self._await_replicas(sorted(parts))
+        shardwrites.clear_intent(self.folder)
+        self._undo = None
+        log.warning("index %s: undid the failed %s of %d ids on shards %s", self.folder.name,
+                    intent.op, len(intent.ids), list(intent.shards))
+
+    def _undo_parts(self, intent: shardwrites.Intent) -> dict:
+        """Per shard, the write that puts every id of ``intent`` back to its before-image:
+        upserted with its old code on the shard that held it, deleted on every other shard
+        the write touched (where it was not live: everywhere)."""
+        ids, found = intent.ids, intent.found
+        home = np.full(len(ids), -1, dtype=np.int64)
+        stored = np.zeros((len(ids), n_words(self.shard_bits)), dtype=np.uint64)
+        if found.any():
+            home[found], stored[found] = self._owner(ids[found], intent.words)
+        # an id can be on: id_hash, its id's shard only; code_prefix, any shard written
+        could = id_shard(ids, self.n) if self.partitioning == "id_hash" else None
+        parts = {}
+        for s in sorted(set(intent.shards) | set(home[found].tolist())):
+            here = home == s
+            gone = ~here if could is None else ~here & (could == s)
+            parts[s] = (ids[gone], stored[here], ids[here])
+        return parts
+
+    def _await_replicas(self, shards: list[int]) -> None:
+        """After an undo: wait until every replica of ``shards`` has applied its primary's
+        log position, so that no replica serves the undone write afterwards; ShardUnavailable
+        (the undo stays pending) past :data:`REPLICA_WAIT_S`."""
+        shards = [s for s in shards if self.replicas[s]]
+        if not shards:
+            return
+        target = dict(zip(shards, _get([self.actors[s].position.remote() for s in shards],
+                                       "undo")))
+        deadline = time.monotonic() + REPLICA_WAIT_S
+        while True:
+            lags = _get([r.lag.remote() for s in shards for r in self.replicas[s]], "undo")
+            owners = [s for s in shards for _ in self.replicas[s]]
+            if all(lag["applied"] >= target[s] for s, lag in zip(owners, lags)):
+                return
+            if time.monotonic() > deadline:
+                raise ShardUnavailable(f"index {self.folder.name!r}: the replicas of shards "
+                                       f"{shards} have not applied the undo of a failed write "
+                                       f"within {REPLICA_WAIT_S:.0f} s")
+            time.sleep(self.follow_interval_s)
+
+    def _settle(self) -> None:
+        """Before a read or a write: finish the undo of a failed write, if one is pending;
+        ShardUnavailable (503) while it cannot be finished."""
+        if self._undo is None:
+            return
+        with self._write_lock:
+            if self._undo is None:
+                return
+            try:
+                self._finish_undo()
+            except ShardUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- an engine or disk error: 503 with why
+                raise ShardUnavailable(f"index {self.folder.name!r}: a failed write is being "
+                                       f"undone ({type(exc).__name__}: {exc}); retry "
+                                       "later") from None
+
+    # --------------------------------------------------------------------------- lookups
+    def _lookup(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, words)`` of ``ids`` (full codes) from the shards that can hold them."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         words = np.zeros((len(ids), n_words(self.bits)), dtype=np.uint64)
         found = np.zeros(len(ids), dtype=bool)
@@ -638,7 +668,12 @@ class ShardedLive:
                     found |= f
         return found, words
 
+    def get(self, ids):
+        self._settle()
+        return self._lookup(ids)
+
     def items(self):
+        self._settle()
         parts = _get([a.items.remote() for a in self.actors], "items")
         ids = [np.asarray(i) for i, _ in parts]
         if self.partitioning == "code_prefix":
@@ -646,12 +681,6 @@ class ShardedLive:
         else:
             words = [np.asarray(w) for _, w in parts]
         return np.concatenate(ids), np.concatenate(words).reshape(-1, n_words(self.bits))
-
-    def refresh_quietly(self) -> None:
-        try:
-            self.refresh()
-        except Exception:  # noqa: BLE001 -- counts only; the next call tries again
-            pass
 
     def merge(self) -> bool:
         out = any(_get([a.merge.remote() for a in self.actors], "merge"))
@@ -676,6 +705,7 @@ class ShardedLive:
 
     def info(self) -> dict:
         """The IndexInfo fields of the whole index, with ``shard_detail`` per shard."""
+        self._settle()
         shards = self.refresh(full=True)
         lags = self.replica_lag()
         hist: dict[int, int] = {}

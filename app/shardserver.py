@@ -84,6 +84,7 @@ class ShardServer:
                               merge_threshold=merge_threshold, read_only=replica,
                               background_merge=not replica)
         self.opened_s = time.perf_counter() - t
+        self.folder, self._plan = folder, None
         self.pid = os.getpid()
         self.follow_error = None
         if replica:
@@ -101,8 +102,14 @@ class ShardServer:
 
     def lag(self) -> dict:
         """A replica's staleness: its applied position and ``lag_ms`` bound."""
-        return {"pid": self.pid, "applied_lsn": self.live.applied.lsn,
+        applied = self.live.applied
+        return {"pid": self.pid, "applied_lsn": applied.lsn, "applied": list(applied[:2]),
                 "lag_ms": round(self.live.lag_ms, 1), "follow_error": self.follow_error}
+
+    def position(self) -> list[int]:
+        """The log position ``[segment, offset]`` this shard has applied (its replicas have
+        applied a write once they reach it: :meth:`lag`)."""
+        return list(self.live.applied[:2])
 
     def ping(self) -> int:
         return self.pid
@@ -118,16 +125,40 @@ class ShardServer:
                 "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
 
     @_portable
-    def add(self, words, ids):
-        return self.live.add(words, ids), self.counts()
+    def write(self, delete_ids, words, ids, add: bool = False):
+        """This shard's part of a sharded write (or of its undo): delete ``delete_ids``, then
+        add (``add``: refused for an id already live) or upsert ``words`` with ``ids``; each
+        step one fsynced log record. Without ``add`` it is idempotent: an undo sent twice, or
+        to a shard that never applied the write, leaves the same state. Returns the counts."""
+        if len(delete_ids):
+            self.live.delete(delete_ids)
+        if len(ids):
+            (self.live.add if add else self.live.upsert)(words, ids)
+        self._fault_point("reply")
+        return self.counts()
 
-    @_portable
-    def upsert(self, words, ids):
-        return self.live.upsert(words, ids), self.counts()
+    # ------------------------------------------------------------------ fault injection
+    def inject_kill(self, at: int, ops=()) -> None:
+        """Tests: SIGKILL this shard's process at the ``at``-th of its next steps of ``ops``
+        (default all): its storage calls (``index.storage.fsio``: open, write, fsync, ...)
+        and ``"reply"``, the end of a write before its answer. A restarted actor has none."""
+        from bucketsearch.index.storage import fsio
+        self.clear_fault()
+        self._plan = fsio.FaultPlan(at=int(at), ops=tuple(ops), kill=True)
+        self._installed = fsio.inject(self._plan)  # beneath every storage call of the actor
+        self._installed.__enter__()
 
-    @_portable
-    def delete(self, ids):
-        return self.live.delete(ids), self.counts()
+    def clear_fault(self) -> int:
+        """Tests: remove the plan of :meth:`inject_kill`; returns the steps it counted."""
+        plan, self._plan = self._plan, None
+        if plan is None:
+            return 0
+        self._installed.__exit__(None, None, None)
+        return plan.calls
+
+    def _fault_point(self, op: str) -> None:
+        if self._plan is not None:
+            self._plan(op, self.folder)
 
     @_portable
     def get(self, ids):
