@@ -442,7 +442,22 @@ class ShardedLive:
         scanned = np.full(nq, -1, dtype=np.int64)
         any_scan = False
         delta_items = delta_ns = 0
+        # what ran: per query, the engine of the shard part that took longest (the engines
+        # of its parts when they agree), k, and the codes compared summed over the shards
+        engine = np.zeros(nq, dtype=np.int8)
+        engine_ns = np.full(nq, -1, dtype=np.int64)
+        k = np.zeros(nq, dtype=np.int32)
+        codes = np.zeros(nq, dtype=np.int64)
         for rows, d, st in st_parts:
+            if st.engine is not None:
+                ns = np.asarray(st.total_ns, dtype=np.int64)
+                longer = ns > engine_ns[rows]
+                engine[rows] = np.where(longer, st.engine, engine[rows])
+                engine_ns[rows] = np.maximum(engine_ns[rows], ns)
+            if st.k is not None:
+                k[rows] = np.maximum(k[rows], st.k)
+            if st.codes_compared is not None:
+                codes[rows] += st.codes_compared
             w = st.probes.shape[1]
             span = min(w, width - d)
             for f in fields:
@@ -462,7 +477,7 @@ class ShardedLive:
                            **({} if cand else {"candidates": None, "unique_candidates": None}),
                            scanned_from=scanned if any_scan else None,
                            plan=self._plan(shard_stats), delta_items=delta_items,
-                           delta_ns=delta_ns)
+                           delta_ns=delta_ns, engine=engine, k=k, codes_compared=codes)
 
     # ---------------------------------------------------------------------------- writes
     # Every write is all or nothing across the shards: app/shardwrites.py (the protocol).

@@ -120,6 +120,11 @@ def test_sharded_answers_equal_one_index(sharded_pool, tmp_path_factory, partiti
         a = live.range_search(xq, radius, stats=True)
         b = ref.range_search(xq, radius, stats=True)
         _assert_same(a[:3], b[:3], "range")
+        # what ran crosses the shards: the engine of each query, k, codes compared
+        assert set(a[3].engine_names()) <= {"single", "mih", "scan"}
+        np.testing.assert_array_equal(a[3].k, 0)
+        if mode != "auto":
+            assert set(a[3].engine_names()) == {mode}
         if mode == "single":
             factor = 2 if partitioning == "id_hash" else 1
             np.testing.assert_array_equal(a[3].probes.sum(axis=0),
