@@ -65,7 +65,9 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius)
 from bucketsearch.index.probe import _probe_radius_word
-from bucketsearch.index.table import HASH_MULTIPLIER, BucketTable, _sort_order, filter_word_mask
+from bucketsearch.index.radix import sort_pairs
+from bucketsearch.index.table import (HASH_MULTIPLIER, BucketTable, filter_word_mask,
+                                      position_dtype, sort_items)
 
 MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
@@ -627,18 +629,26 @@ class MultiIndex(IndexBase):
 
     # ------------------------------------------------------------------ build
     def _rebuild(self, words, ids):
-        words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        words = np.asarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
         # by (code, id): the items of one code lie together for the general kernel's
         # verification (stored by id, clustered r = 3 measured 1.46x slower)
-        order = _sort_order(words, ids)
-        words, ids = np.ascontiguousarray(words[order]), ids[order]
+        self._rebuild_sorted(*sort_items(words, ids))
+
+    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
+        """The tables of items already sorted by (code, id), kept as given (not copied: auto
+        shares them with its single table and its scan). A table's bucket contents are
+        positions into them, :func:`index.table.position_dtype` wide; each table is sorted
+        by substring with a radix sort of the ascending positions (stable: no tie-break)."""
         m = self.fixed_substrings or default_substrings(self.bits, len(ids))
         starts, widths = substring_ranges(self.bits, m)
         subs = _substrings(words, starts, widths, self._word_width)
-        positions = np.arange(len(ids), dtype=np.int64)
-        tables = [BucketTable.build(int(widths[j]), np.ascontiguousarray(subs[:, j:j + 1]),
-                                    positions) for j in range(m)]
+        positions = np.arange(len(ids), dtype=position_dtype(len(ids)))
+        tables = []
+        for j in range(m):
+            sub_sorted, order = sort_pairs(np.ascontiguousarray(subs[:, j]), positions)
+            tables.append(BucketTable.from_sorted(int(widths[j]), sub_sorted.reshape(-1, 1),
+                                                  order))
+        del subs
         flat = {name: np.concatenate([getattr(t, name) for t in tables]) for name in TABLE_ARRAYS}
         self._install(words, ids, starts, widths, flat, [t.direct for t in tables],
                       {name: [len(getattr(t, name)) for t in tables] for name in TABLE_ARRAYS})
@@ -694,9 +704,12 @@ class MultiIndex(IndexBase):
 
     def memory_bytes(self) -> int:
         """Bytes of the shared arrays, the tables and the exact-substring layout."""
-        arrays = {id(a): a for a in (self.words, self.ids, *self.flat.values(),
-                                     *self._exact_args)}
-        return sum(a.nbytes for a in arrays.values())
+        return sum(a.nbytes for a in self.memory_arrays().values())
+
+    def memory_arrays(self) -> dict:
+        """Every array the index holds, by identity (see :meth:`HammingIndex.memory_arrays`)."""
+        return {id(a): a for a in (self.words, self.ids, *self.flat.values(), *self._exact_args)
+                if isinstance(a, np.ndarray)}
 
     def substring_codes(self, words: np.ndarray) -> np.ndarray:
         """``(n, m)`` substring values of ``(n, W)`` codes."""

@@ -42,12 +42,12 @@ import numpy as np
 
 from bucketsearch.index._jit import njit, popcount64
 from bucketsearch.index.base import DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError
-from bucketsearch.index.codes import check_bits
+from bucketsearch.index.codes import check_bits, n_words
 from bucketsearch.index.costmodel import ExtendedModel, fit_extended, fit_paper_model
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.table import BucketTable
+from bucketsearch.index.table import BucketTable, sort_items
 
 PLAN_MODES = ("single", "mih", "scan")
 DEFAULT_CALIBRATION_QUERIES = 64
@@ -167,9 +167,10 @@ class AutoIndex(IndexBase):
     """Exact search that picks, per batch, the cheapest of single table, multi-index, scan.
 
     Holds a :class:`~index.probe.HammingIndex`, a :class:`~index.mih.MultiIndex` and a
-    :class:`~index.scan.LinearScan` over the same items (the scan with its own copy of the
-    codes and ids, stored by id: 16 bytes per item). Every rebuild (add/remove) re-calibrates
-    unless ``calibrate_on_build=False``.
+    :class:`~index.scan.LinearScan` over one copy of the items: the codes and ids sorted once by
+    (code, id) (:func:`index.table.sort_items`), the multi-index's ``words`` and ``ids``, which
+    are also the single table's ``ids`` and the scan's items. Every rebuild (add/remove)
+    re-calibrates unless ``calibrate_on_build=False``.
     """
 
     kind = "auto"
@@ -229,7 +230,10 @@ class AutoIndex(IndexBase):
         return self.mih.words
 
     def memory_bytes(self) -> int:
-        return self.single.memory_bytes() + self.mih.memory_bytes() + self.scan.memory_bytes()
+        """Bytes of every array of the three engines, a shared one counted once."""
+        arrays = {**self.single.memory_arrays(), **self.mih.memory_arrays(),
+                  **self.scan.memory_arrays()}
+        return sum(a.nbytes for a in arrays.values())
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Bucket lookups per query of the engine the plan of a radius-``max_distance`` search
@@ -239,9 +243,11 @@ class AutoIndex(IndexBase):
         return self._index_for(mode).probe_count(max_distance)
 
     def _rebuild(self, words, ids):
-        self.single._rebuild(words, ids)
-        self.mih._rebuild(words, ids)
-        self.scan._rebuild(words, ids)  # its own copy, stored by id (no sort per distance)
+        words = np.asarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
+        words, ids = sort_items(words, ids)  # one sort, one copy shared by the three engines
+        self.mih._rebuild_sorted(words, ids)
+        self.single._rebuild_sorted(words, ids)
+        self.scan.share(words, ids)
         if self.calibrate_on_build:
             self.calibrate()
         else:
@@ -480,8 +486,10 @@ class AutoIndex(IndexBase):
         meta = {"mih": mih_meta, "direct": self.single.table.direct,
                 "max_probes": self.max_probes, "calibration_queries": self.calibration_queries,
                 "calibrate_on_build": self.calibrate_on_build, "seed": self.seed}
+        # the single table's ids are the multi-index's (one array): stored once, as mih_ids
         arrays = {**{f"mih_{k}": v for k, v in mih_arrays.items()},
-                  **{f"single_{k}": v for k, v in self.single.table.arrays().items()}}
+                  **{f"single_{k}": v for k, v in self.single.table.arrays().items()
+                     if k != "ids"}}
         return meta, arrays
 
     @classmethod
@@ -493,10 +501,10 @@ class AutoIndex(IndexBase):
                     calibrate_on_build=meta["calibrate_on_build"], seed=meta["seed"])
         index.mih = MultiIndex.from_snapshot(
             bits, meta["mih"], {k[4:]: v for k, v in arrays.items() if k.startswith("mih_")})
-        index.single.table = BucketTable.from_arrays(
-            bits, {k[7:]: v for k, v in arrays.items() if k.startswith("single_")},
-            meta["direct"])
-        index.scan._rebuild(index.mih.words, index.mih.ids)
+        single = {k[7:]: v for k, v in arrays.items() if k.startswith("single_")}
+        single.setdefault("ids", index.mih.ids)  # format 1 stored a copy as single_ids
+        index.single.table = BucketTable.from_arrays(bits, single, meta["direct"])
+        index.scan.share(index.mih.words, index.mih.ids)
         index.threads = None
         if index.calibrate_on_build:
             index.calibrate()

@@ -28,7 +28,7 @@ from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
 from bucketsearch.index.table import (ENTRY_BUCKET, HASH_MULTIPLIER, BucketTable, find_bucket,
-                                     find_bucket_word, find_entry, filter_word_mask)
+                                     find_bucket_word, find_entry, filter_word_mask, sort_items)
 
 _NO_ENTRIES = np.zeros((2, 2), dtype=np.uint64)  # a direct or multi-word table has none
 N_STAT_FIELDS = len(STAT_FIELDS)
@@ -503,7 +503,13 @@ class HammingIndex(IndexBase):
                       np.empty(0, np.int64))
 
     def _rebuild(self, words, ids):
-        self.table = BucketTable.build(self.bits, words, ids)
+        words = np.asarray(words, dtype=np.uint64).reshape(-1, len(word_widths(self.bits)))
+        self._rebuild_sorted(*sort_items(words, ids))
+
+    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
+        """The table of items already sorted by (code, id); ``ids`` is kept, not copied (auto
+        shares one array with its multi-index), and the slot entries come from the build."""
+        self.table = BucketTable.from_sorted(self.bits, words, ids, entries=True)
 
     @property
     def table(self) -> BucketTable:
@@ -546,7 +552,13 @@ class HammingIndex(IndexBase):
         return self.table.item_words()
 
     def memory_bytes(self) -> int:
-        return self._bound.table.memory_bytes() + self._bound.entries.nbytes
+        return sum(a.nbytes for a in self.memory_arrays().values())
+
+    def memory_arrays(self) -> dict:
+        """Every array the index holds, by identity (``id(array)``), so a holder of several
+        engines sharing arrays counts each once (:meth:`index.planner.AutoIndex.memory_bytes`)."""
+        arrays = [*self._bound.table.arrays().values(), self._bound.entries]
+        return {id(a): a for a in arrays}
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""

@@ -88,12 +88,13 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
 
 
 @njit
-def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, stop):
+def _scan_kernel(xq, words, ids, by_id, bits, max_radius, k, with_stats, max_results, stop):
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``: the
     ``k`` nearest within ``max_radius``).
 
     The kept items are emitted in (distance, id) order by :func:`index.kernels.counting_sort`
-    (``ids`` is increasing, :meth:`LinearScan._rebuild`, so no distance needs a sort by id).
+    (``by_id``: ``ids`` is increasing, :meth:`LinearScan._rebuild`, so no distance needs a sort
+    by id; else, items shared in another order, each distance's ids are sorted).
     Statistics ``(5, nq, bits + 1)`` (allocated only ``with_stats``) hold ``items`` per
     distance; a scan probes no bucket. Result cap (range search): a query's pass stops once the
     chunk's results would pass ``max_results``; the kernel then sets ``stop[0]`` (read before
@@ -144,7 +145,7 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, s
         for t in range(kept):  # positions to ids first: a loop of one store per hit keeps
             sel[t] = ids[sel[t]]  # many of its cache misses in flight (in the sort, 1.3x slower)
         got = counting_sort(sel_d, sel, kept, None, hist, 0, tau, fill, out_d, out_i, n_out,
-                            True)
+                            by_id)
         if k >= 0 and got > k:
             got = k
         n_out += got
@@ -158,13 +159,13 @@ def _scan_kernel(xq, words, ids, bits, max_radius, k, with_stats, max_results, s
 
 
 @njit
-def _scan_word_kernel(xq, flat, ids, R, with_stats, max_results, q_start, n_out, lims, out_d,
-                      out_i, hits, stats, total_ns):
+def _scan_word_kernel(xq, flat, ids, by_id, R, with_stats, max_results, q_start, n_out, lims,
+                      out_d, out_i, hits, stats, total_ns):
     """Range search of one-word codes over the resumable output buffers
     (:func:`index.base.run_resumable`): per query, :func:`_collect_word` keeps the positions
     within ``R`` in ``hits`` (their distances in a scratch of the same length), the positions
-    become ids, and :func:`index.kernels.counting_sort` emits them by (distance, id) (items are
-    stored by id, so no distance needs a sort). Returns ``(q_end, n_out, reached, need)``:
+    become ids, and :func:`index.kernels.counting_sort` emits them by (distance, id) (``by_id``:
+    items stored by id, so no distance needs a sort). Returns ``(q_end, n_out, reached, need)``:
     ``need`` when ``hits`` is too short for a query's hits, a stop when the output buffers are
     full, ``reached`` (a lower bound) once the results pass ``max_results``. Statistics:
     ``items`` per distance and ``total_ns``; a scan probes no bucket."""
@@ -188,7 +189,7 @@ def _scan_word_kernel(xq, flat, ids, R, with_stats, max_results, q_start, n_out,
         for t in range(kept):  # positions to ids first (see _scan_kernel)
             hits[t] = ids[hits[t]]
         n_out += counting_sort(sel_d, hits, kept, None, hist, 0, R, fill, out_d, out_i, n_out,
-                               True)
+                               by_id)
         lims[qi + 1] = n_out
         if with_stats:
             stats[ITEMS, qi, :R + 1] = hist[:R + 1]
@@ -221,9 +222,15 @@ class LinearScan(IndexBase):
         self._set_items(np.asarray(words, dtype=np.uint64)[order],
                         np.asarray(ids, dtype=np.int64)[order])
 
-    def _set_items(self, words: np.ndarray, ids: np.ndarray) -> None:
-        """The items (stored by id) and what the one-word range kernel reads of them."""
-        self.words, self.ids = words, ids
+    def share(self, words: np.ndarray, ids: np.ndarray) -> None:
+        """Scan another engine's items in their order (not copied; auto's scan reads its
+        multi-index's arrays, sorted by (code, id)): each distance's ids are sorted per query."""
+        self._set_items(words, ids, by_id=False)
+
+    def _set_items(self, words: np.ndarray, ids: np.ndarray, by_id: bool = True) -> None:
+        """The items (stored by id unless ``by_id`` is False) and what the one-word range
+        kernel reads of them."""
+        self.words, self.ids, self.by_id = words, ids, by_id
         self._flat = words.reshape(-1) if words.shape[1] == 1 else None
         if self._flat is not None:
             key = tuple(bool(getattr(a.flags, f)) for a in (self._flat, ids)
@@ -252,6 +259,10 @@ class LinearScan(IndexBase):
     def memory_bytes(self) -> int:
         return self.words.nbytes + self.ids.nbytes
 
+    def memory_arrays(self) -> dict:
+        """Every array the index holds, by identity (see :meth:`HammingIndex.memory_arrays`)."""
+        return {id(a): a for a in (self.words, self.ids)}
+
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """A scan probes no bucket: 0 (it compares every query with all ``ntotal`` items)."""
         return 0
@@ -262,8 +273,8 @@ class LinearScan(IndexBase):
         stop = np.zeros(1, dtype=np.int64)
         cap = check_max_results(max_results)
         lims, D, I, rest = run_chunked(
-            lambda chunk: _scan_kernel(chunk, self.words, self.ids, self.bits, max_radius, k,
-                                       stats, cap, stop), xq, self.threads)
+            lambda chunk: _scan_kernel(chunk, self.words, self.ids, self.by_id, self.bits,
+                                       max_radius, k, stats, cap, stop), xq, self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
                 else (lims, D, I))
@@ -272,7 +283,7 @@ class LinearScan(IndexBase):
         """Range search of one-word codes: :func:`_scan_word_kernel`, resumable over the
         thread's output buffers (no per-query allocation, no statistics unless asked)."""
         stats = bool(stats)
-        args = (self._flat, self.ids, R, stats, check_max_results(max_results))
+        args = (self._flat, self.ids, self.by_id, R, stats, check_max_results(max_results))
         lims, D, I, st, reached = run_resumable_chunked(_scan_word_kernel, xq, R + 1, stats,
                                                         len(STAT_FIELDS), self.threads, args,
                                                         self._entries)

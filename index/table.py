@@ -3,7 +3,7 @@
 Layout (all flat arrays, so a snapshot is a handful of ``.npy`` files that ``mmap`` shares):
 
 * ``codes``   ``(nu, W)`` uint64, the distinct codes, sorted lexicographically by words;
-* ``offsets`` ``(nu + 1,)`` int64, bucket ``b`` holds ``ids[offsets[b]:offsets[b + 1]]``;
+* ``offsets`` ``(nu + 1,)`` int32 (int64 from 2^31 items), bucket ``b`` holds ``ids[offsets[b]:offsets[b + 1]]``;
 * ``ids``     ``(n,)`` int64, item ids sorted by (code, id);
 * ``slots``   ``(2^t,)`` int32 open-addressing table (linear probing, load <= 2/3) of bucket
   numbers, -1 for empty, keyed by a multiplicative hash of the code's words;
@@ -26,6 +26,7 @@ import numpy as np
 
 from bucketsearch.index._jit import njit
 from bucketsearch.index.codes import n_words
+from bucketsearch.index.radix import sort_codes_ids
 
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
@@ -116,6 +117,28 @@ def _fill_hash(codes, slots, bitmap, table_shift, filter_shift):
 
 
 @njit
+def _fill_hash_entries(codes, offsets, ids, slots, bitmap, table_shift, filter_shift,
+                       entries):
+    """:func:`_fill_hash` of one-word codes that also writes each bucket's slot entry (as
+    :func:`_fill_entries`, in the same pass: no second walk of the slots)."""
+    mask = np.uint64(len(slots) - 1)
+    for b in range(codes.shape[0]):
+        code = codes[b, 0]
+        h = code * HASH_MULTIPLIER
+        f, bits = filter_word_mask(h, filter_shift)
+        bitmap[f] |= bits
+        s = h >> table_shift
+        while slots[s] >= 0:
+            s = (s + np.uint64(1)) & mask
+        slots[s] = b
+        entries[s, 0] = code
+        if offsets[b + 1] - offsets[b] == 1 and ids[offsets[b]] >= 0:
+            entries[s, 1] = np.uint64(ids[offsets[b]])
+        else:
+            entries[s, 1] = ENTRY_BUCKET | np.uint64(b)
+
+
+@njit
 def _fill_entries(codes, offsets, ids, slots, entries):
     for s in range(len(slots)):
         b = slots[s]
@@ -171,11 +194,29 @@ def _bucket_bounds(sorted_codes):
 
 
 def _sort_order(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Permutation sorting items by (code words, id)."""
+    """Permutation sorting items by (code words, id) (several-word codes; one-word codes go
+    through :func:`index.radix.sort_codes_ids`)."""
     if words.shape[1] == 1 and len(ids) > 1 and np.all(ids[1:] > ids[:-1]):
         return np.argsort(words[:, 0], kind="stable")  # ids already increasing: stable by code
     keys = [ids] + [words[:, w] for w in range(words.shape[1] - 1, -1, -1)]
     return np.lexsort(keys)
+
+
+def sort_items(words: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, ids)`` sorted by (code, id): a radix sort for one-word codes (a few linear
+    passes, :mod:`index.radix`), ``np.lexsort`` for longer ones."""
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if words.shape[1] == 1:
+        sorted_codes, sorted_ids = sort_codes_ids(words.reshape(-1), ids)
+        return sorted_codes.reshape(-1, 1), sorted_ids
+    order = _sort_order(words, ids)
+    return np.ascontiguousarray(words[order]), ids[order]
+
+
+def position_dtype(n: int):
+    """The narrowest signed type holding positions ``0..n``: int32 below 2^31, else int64."""
+    return np.int32 if n < 2**31 - 1 else np.int64
 
 
 def _pow2_at_least(x: float) -> int:
@@ -191,6 +232,7 @@ class BucketTable:
         self.bits = bits
         self.codes, self.offsets, self.ids = codes, offsets, ids
         self.slots, self.bitmap, self.direct = slots, bitmap, bool(direct)
+        self._entries = None  # slot_entries filled by the build, else derived on demand
         self.table_shift = np.uint64(64 - (len(slots).bit_length() - 1))
         self.filter_shift = np.uint64(64 - len(bitmap).bit_length() + 1)
 
@@ -199,12 +241,18 @@ class BucketTable:
         """Sort items by (code, id), cut into buckets, and fill the lookup structure."""
         W = n_words(bits)
         words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, W)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        order = _sort_order(words, ids)
-        sorted_words = words[order]
+        return cls.from_sorted(bits, *sort_items(words, ids))
+
+    @classmethod
+    def from_sorted(cls, bits: int, sorted_words: np.ndarray, sorted_ids: np.ndarray,
+                    entries: bool = False) -> BucketTable:
+        """The table of items already sorted by (code, id) (:func:`sort_items`): ``sorted_ids``
+        becomes its ``ids`` as given (not copied: a caller's shared array). Offsets are
+        :func:`position_dtype` wide. ``entries``: also fill :meth:`slot_entries` in the pass
+        that fills the slots (a hashed table of one-word codes)."""
         offsets = _bucket_bounds(sorted_words)
         codes = np.ascontiguousarray(sorted_words[offsets[:-1]])
-        sorted_ids = ids[order]
+        offsets = offsets.astype(position_dtype(len(sorted_ids)), copy=False)
         nu = len(codes)
         direct = bits <= DIRECT_MAX_BITS and (bits <= 16 or (1 << bits) <= 8 * max(nu, 1))
         if direct:
@@ -212,11 +260,18 @@ class BucketTable:
             bitmap = np.zeros(2, dtype=np.uint64)  # unused; two words keep the shift < 64
             table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, True)
             _fill_direct(codes, slots)
+            return table
+        slots = np.full(_pow2_at_least(TABLE_SLOTS_PER_CODE * nu), EMPTY, dtype=np.int32)
+        bitmap = np.zeros(max(128, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
+                          dtype=np.uint64)
+        table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, False)
+        if entries and codes.shape[1] == 1:
+            table._entries = np.empty((len(slots), 2), dtype=np.uint64)
+            table._entries[:, 0] = 0
+            table._entries[:, 1] = ENTRY_EMPTY
+            _fill_hash_entries(codes, offsets, sorted_ids, slots, bitmap, table.table_shift,
+                               table.filter_shift, table._entries)
         else:
-            slots = np.full(_pow2_at_least(TABLE_SLOTS_PER_CODE * nu), EMPTY, dtype=np.int32)
-            bitmap = np.zeros(max(128, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
-                              dtype=np.uint64)
-            table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, False)
             _fill_hash(codes, slots, bitmap, table.table_shift, table.filter_shift)
         return table
 
@@ -260,6 +315,8 @@ class BucketTable:
         if self.direct or self.codes.shape[1] != 1:
             raise ValueError(f"slot_entries needs a hashed table of one-word codes ({self.bits} "
                              f"bits, {'direct' if self.direct else 'hashed'})")
+        if self._entries is not None:
+            return self._entries
         entries = np.empty((len(self.slots), 2), dtype=np.uint64)
         _fill_entries(self.codes, self.offsets, self.ids, self.slots, entries)
         return entries

@@ -62,3 +62,10 @@ def knn_within(xq, xb, ids, bits, k, max_distance):
     far = D > max_distance
     D[far], I[far] = -1, -1
     return D, I
+
+
+def sort_codes_ids(codes: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One-word codes and their ids ordered by (code, id): the twin of
+    :func:`index.radix.sort_codes_ids` (``np.lexsort``, the last key primary)."""
+    order = np.lexsort((ids, codes))
+    return codes[order], ids[order]

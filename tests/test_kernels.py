@@ -14,7 +14,8 @@ from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting
 from bucketsearch.index.mih import MultiIndex, _sort_pairs
 from bucketsearch.index.probe import HammingIndex, _lookup_words
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.table import BucketTable
+from bucketsearch.index import radix
+from bucketsearch.index.table import BucketTable, sort_items
 from tests import naive
 
 # ----------------------------------------------------------------------------- numpy twins
@@ -430,3 +431,54 @@ def test_rows_done_matches_isin(rows, width, k, drop, all_seen):
     padded = I[:, -1] < 0 if width else np.zeros(len(rows), dtype=bool)
     expected = (live >= k) | padded | all_seen
     assert (rows_done(I, drop, k, all_seen) == expected).all()
+
+
+_KEYS = st.one_of(st.integers(0, 3), st.integers(0, 2**64 - 1),
+                  st.sampled_from([0, 255, 256, 2**32, 2**63, 2**64 - 1]))
+
+
+@settings(max_examples=120, deadline=None)
+@given(keys=st.lists(_KEYS, max_size=300), seed=st.integers(0, 2**31))
+def test_radix_sort_pairs_is_a_stable_sort(keys, seed):
+    """The radix sort orders the keys and keeps equal keys' values in input order (the
+    twin: numpy's stable sort), skipped bytes included (keys agreeing on a byte)."""
+    keys = np.array(keys, dtype=np.uint64)
+    values = np.random.default_rng(seed).integers(-2**40, 2**40, len(keys))
+    before = keys.copy(), values.copy()
+    out_k, out_v = radix.sort_pairs(keys, values)
+    order = np.argsort(keys, kind="stable")
+    assert (out_k == keys[order]).all() and (out_v == values[order]).all()
+    assert (keys == before[0]).all() and (values == before[1]).all()  # inputs untouched
+
+
+@settings(max_examples=120, deadline=None)
+@given(codes=st.lists(_KEYS, max_size=200), data=st.data())
+def test_radix_sort_codes_ids_matches_lexsort(codes, data):
+    """(code, id) order, ids increasing (one sort by code) or in any order (by id, then code),
+    negative ids included."""
+    n = len(codes)
+    ids = np.array(data.draw(st.lists(st.integers(-2**62, 2**62), min_size=n, max_size=n,
+                                      unique=True)), dtype=np.int64)
+    if data.draw(st.booleans()):
+        ids = np.sort(ids)
+    codes = np.array(codes, dtype=np.uint64)
+    out_c, out_i = radix.sort_codes_ids(codes, ids)
+    twin_c, twin_i = naive.sort_codes_ids(codes, ids)
+    assert (out_c == twin_c).all() and (out_i == twin_i).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from([20, 32, 64]), n=st.integers(0, 300), seed=st.integers(0, 2**31))
+def test_table_built_entries_equal_derived_ones(bits, n, seed):
+    """The slot entries a build fills with the slots equal those derived from a loaded table
+    (the same arrays, no entries), and offsets are int32 below 2^31 items."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 2**min(bits, 12), n, dtype=np.uint64).reshape(-1, 1)
+    ids = rng.permutation(n).astype(np.int64) * 3 - 7
+    table = BucketTable.from_sorted(bits, *sort_items(codes, ids), entries=True)
+    assert table.offsets.dtype == np.int32
+    if table.direct:
+        return
+    loaded = BucketTable.from_arrays(bits, table.arrays(), False)
+    assert loaded._entries is None
+    assert (table.slot_entries() == loaded.slot_entries()).all()

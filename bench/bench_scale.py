@@ -1,0 +1,111 @@
+"""Memory and build speed at scale: bucketsearch's engines beside FAISS's hash indexes.
+
+    .venv/bin/python bench/bench_scale.py                 # 10M uniform 64-bit codes
+    .venv/bin/python bench/bench_scale.py --n 100000000   # 100M on request
+    .venv/bin/python bench/bench_scale.py --only single,auto --threads 1
+
+Every index is built in a subprocess of its own (the same codes, regenerated from the seed), so
+its resident memory is the growth of that process's RSS from before the build to after it (the
+data and the interpreter already counted before; ``gc`` run and the build's temporaries freed).
+Per index: ``memory_bytes() / n`` and ``RSS delta / n`` (bytes per item), build items/s (wall
+time of ``add``, one thread unless ``--threads``). FAISS ``IndexBinaryHash(64, 64)`` and
+``IndexBinaryMultiHash(64, 2, 32)`` are built the same way in the same run; the ratio columns
+are build speed over FAISS IndexBinaryHash's. ``auto`` is built with ``calibrate_on_build=False``
+(the build itself; calibration is a separate, bounded cost of a few seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def codes(n: int, bits: int, seed: int) -> np.ndarray:
+    from bucketsearch.index.evaluation.synth import uniform_codes
+    return uniform_codes(n, bits, seed=seed)
+
+
+def build_one(kind: str, n: int, bits: int, seed: int, threads: int) -> dict:
+    """Build one index in this process: its bytes and build time. The resident growth is
+    measured from before the codes are made to after they are dropped (so what the index keeps
+    of them, copy or reference, is counted once)."""
+    if kind.startswith("faiss"):
+        import faiss
+        from bucketsearch.index.codes import to_packed
+        faiss.omp_set_num_threads(threads)
+        index = (faiss.IndexBinaryHash(bits, bits) if kind == "faiss_hash"
+                 else faiss.IndexBinaryMultiHash(bits, 2, bits // 2))
+        gc.collect()
+        rss0 = rss_bytes()
+        xb8 = to_packed(codes(n, bits, seed), bits)
+        t = time.perf_counter()
+        index.add(xb8)
+        build_s = time.perf_counter() - t
+        del xb8
+        gc.collect()
+        return {"index": kind, "build_s": build_s, "rss_per_item": (rss_bytes() - rss0) / n}
+    from bucketsearch.index.factory import make_index
+    options = {"calibrate_on_build": False} if kind == "auto" else {}
+    index = make_index(bits, kind, **options)
+    index.threads = threads
+    # compile the build's kernels on a small index first (compilation is not build time)
+    warm = make_index(bits, kind, **options)
+    warm.add(codes(5000, bits, seed + 1), np.arange(5000, dtype=np.int64))
+    del warm
+    gc.collect()
+    rss0 = rss_bytes()
+    xb, ids = codes(n, bits, seed), np.arange(n, dtype=np.int64)
+    t = time.perf_counter()
+    index.add(xb, ids)
+    build_s = time.perf_counter() - t
+    del xb, ids
+    gc.collect()
+    return {"index": kind, "build_s": build_s, "rss_per_item": (rss_bytes() - rss0) / n,
+            "memory_per_item": index.memory_bytes() / n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--bits", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--only", default="single,mih,auto,faiss_hash,faiss_multihash")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(build_one(args.child, args.n, args.bits, args.seed, args.threads)))
+        return
+    rows = []
+    for kind in args.only.split(","):
+        out = subprocess.run([sys.executable, __file__, "--child", kind, "--n", str(args.n),
+                              "--bits", str(args.bits), "--seed", str(args.seed),
+                              "--threads", str(args.threads)],
+                             check=True, capture_output=True, text=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"  built {kind}", file=sys.stderr, flush=True)
+    faiss_rate = next((args.n / r["build_s"] for r in rows if r["index"] == "faiss_hash"), None)
+    print(f"n = {args.n:,} uniform {args.bits}-bit codes, threads = {args.threads}")
+    print(f"{'index':<18}{'memory_bytes/item':>18}{'RSS delta/item':>16}{'build s':>9}"
+          f"{'items/s':>12}{'x FAISS hash':>14}")
+    for r in rows:
+        rate = args.n / r["build_s"]
+        mem = f"{r['memory_per_item']:.1f}" if "memory_per_item" in r else "-"
+        ratio = f"{rate / faiss_rate:.2f}" if faiss_rate else "-"
+        print(f"{r['index']:<18}{mem:>18}{r['rss_per_item']:>16.1f}{r['build_s']:>9.2f}"
+              f"{rate / 1e6:>11.2f}M{ratio:>14}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Least-significant-digit radix sort of ``(key, value)`` pairs: the builds' one sort.
+
+:func:`sort_pairs` orders uint64 ``keys`` with their int64 ``values`` (stable: pairs of equal keys
+keep their input order) in ``8`` passes of one byte each, after one pass that counts all eight
+byte histograms at once; a byte on which every key agrees (the high bytes of short codes, the
+bytes of dense ids) is skipped. Each pass reads the pairs once and writes them once to their
+digit's run (exclusive prefix sums of the histogram): ``O(n)`` per pass, no comparison, no
+Python per item. :func:`sort_codes_ids` sorts one-word codes by ``(code, id)``: by code alone
+when the ids already increase (stability keeps them so), else by id first then by code.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bucketsearch.index._jit import njit
+
+DIGIT_BITS = 8
+DIGITS = 64 // DIGIT_BITS
+RADIX = 1 << DIGIT_BITS
+SIGN = np.uint64(1 << 63)
+
+
+@njit
+def _histograms(keys):
+    """``(DIGITS, RADIX)`` counts of every byte of ``keys`` (one pass)."""
+    hist = np.zeros((DIGITS, RADIX), dtype=np.int64)
+    mask = np.uint64(RADIX - 1)
+    for i in range(len(keys)):
+        k = keys[i]
+        for d in range(DIGITS):
+            hist[d, (k >> np.uint64(d * DIGIT_BITS)) & mask] += 1
+    return hist
+
+
+@njit
+def sort_pairs(keys, values):
+    """``(sorted keys, values in that order)``, stable; the inputs are not modified."""
+    n = len(keys)
+    hist = _histograms(keys)
+    k_in = keys.copy()
+    v_in = values.copy()
+    k_out = np.empty_like(k_in)
+    v_out = np.empty_like(v_in)
+    mask = np.uint64(RADIX - 1)
+    fill = np.empty(RADIX, dtype=np.int64)
+    for d in range(DIGITS):
+        skip = False
+        for b in range(RADIX):
+            if hist[d, b] == n:
+                skip = True  # every key has this byte: the pass would not move anything
+                break
+        if skip or n == 0:
+            continue
+        acc = 0
+        for b in range(RADIX):
+            fill[b] = acc
+            acc += hist[d, b]
+        shift = np.uint64(d * DIGIT_BITS)
+        for i in range(n):
+            k = k_in[i]
+            b = (k >> shift) & mask
+            j = fill[b]
+            k_out[j] = k
+            v_out[j] = v_in[i]
+            fill[b] = j + 1
+        k_in, k_out = k_out, k_in
+        v_in, v_out = v_out, v_in
+    return k_in, v_in
+
+
+@njit
+def _increasing(ids):
+    for i in range(1, len(ids)):
+        if ids[i] <= ids[i - 1]:
+            return False
+    return True
+
+
+@njit
+def _id_keys(ids):
+    """int64 ids as uint64 keys of the same order (the sign bit flipped)."""
+    out = np.empty(len(ids), dtype=np.uint64)
+    for i in range(len(ids)):
+        out[i] = np.uint64(ids[i]) ^ SIGN
+    return out
+
+
+@njit
+def _gather(keys, order):
+    out = np.empty(len(order), dtype=keys.dtype)
+    for i in range(len(order)):
+        out[i] = keys[order[i]]
+    return out
+
+
+@njit
+def sort_codes_ids(codes, ids):
+    """One-word ``codes`` (uint64, ``(n,)``) and their int64 ``ids`` sorted by ``(code, id)``:
+    ``(codes, ids)`` in that order."""
+    if _increasing(ids):
+        return sort_pairs(codes, ids)
+    _, by_id = sort_pairs(_id_keys(ids), np.arange(len(ids)))  # positions in id order
+    sorted_codes, order = sort_pairs(_gather(codes, by_id), by_id)
+    return sorted_codes, _gather(ids, order)
+
+
+__all__ = ["sort_codes_ids", "sort_pairs"]
