@@ -436,8 +436,10 @@ class Registry:
             self.data_lock.release()
 
     def states(self) -> dict[str, dict]:
-        """Every index's ``{"state", "reason"}``."""
-        out = {name: {"state": e.state, "reason": self.redact(e.live.failed)}
+        """Every index's ``{"state", "reason", "merge"}`` (merge: none, pending or running;
+        absent for an index that is unavailable)."""
+        out = {name: {"state": e.state, "reason": self.redact(e.live.failed),
+                      "merge": e.live.merge_status}
                for name, e in list(self.entries.items())}
         out.update({u.name: {"state": u.state, "reason": u.reason}
                     for u in list(self.unavailable.values())})
@@ -475,7 +477,8 @@ class Registry:
                                       for v, c in zip(values, counts)],
             "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
                                 + st.delta_ids.nbytes),
-            "merges": live.merges, "merging": live.merging, "last_merge": live.last_merge,
+            "merges": live.merges, "merging": live.merging, "merge": live.merge_status,
+            "last_merge": live.last_merge,
             "last_merge_error": self.redact(live.last_merge_error),
             "applied_lsn": live.applied.lsn, "lag_ms": round(live.lag_ms, 1),
             "follow_error": entry.follow_error,

@@ -70,6 +70,12 @@ class BucketSizeCount(BaseModel):
     buckets: int = Field(description="number of buckets of that size")
 
 
+MERGE_DESCRIPTION = ("none; pending (the delta or the tombstones reached the merge "
+                     "threshold, the merge has not started); running (a merge or mode change "
+                     "builds the new main index). Searches are answered meanwhile, exact, but "
+                     "scan the delta: slower until the merge ends")
+
+
 class IndexInfo(BaseModel):
     name: str
     bits: int | None
@@ -91,6 +97,7 @@ class IndexInfo(BaseModel):
     merges: int = Field(0, description="merges of the index (kept in its snapshots: read back "
                                        "on restart)")
     merging: bool = False
+    merge: str | None = Field(None, description=MERGE_DESCRIPTION)
     last_merge: float | None = Field(None, description="end of the last merge (Unix time)")
     last_merge_error: str | None = None
     applied_lsn: str | None = Field(None, description="log position applied, 'segment/offset' "
@@ -235,6 +242,7 @@ class IndexState(BaseModel):
     state: str = Field(description="ready, read_only (a storage fault it could not undo), "
                                    "corrupt (run bucketsearch repair) or unavailable")
     reason: str | None = None
+    merge: str | None = Field(None, description=MERGE_DESCRIPTION)
 
 
 class Health(BaseModel):
@@ -243,6 +251,8 @@ class Health(BaseModel):
     detail: str | None = None
     index_states: dict[str, IndexState] | None = None
     state_counts: dict[str, int] | None = None
+    merges_pending: int | None = Field(None, description="indexes whose merge is pending or "
+                                       "running: they serve, exact, but slower until it ends")
 
 
 class ConventionsIn(Strict):

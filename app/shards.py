@@ -234,6 +234,14 @@ class ShardedLive:
         return any(s["merging"] for s in self._shards)
 
     @property
+    def merge_status(self) -> str:
+        """The shards' merge state: ``running`` if one merges, ``pending`` if one waits for its
+        merge, else ``none`` (:attr:`LiveIndex.merge_status`)."""
+        states = {s.get("merge_status", "running" if s["merging"] else "none")
+                  for s in self._shards}
+        return next((m for m in ("running", "pending") if m in states), "none")
+
+    @property
     def lag_ms(self) -> float:
         return 0.0
 
@@ -735,7 +743,8 @@ class ShardedLive:
             "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** self.bits,
             "bucket_size_histogram": [{"size": k, "buckets": v} for k, v in sorted(hist.items())],
             "memory_bytes": sum(s["memory_bytes"] for s in shards),
-            "merges": self.merges, "merging": self.merging, "last_merge": self.last_merge,
+            "merges": self.merges, "merging": self.merging, "merge": self.merge_status,
+            "last_merge": self.last_merge,
             "last_merge_error": self.last_merge_error,
             "applied_lsn": ",".join(s["applied_lsn"] for s in shards),
             "lag_ms": max((r["lag_ms"] for rs in lags for r in rs), default=0.0),

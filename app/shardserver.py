@@ -121,7 +121,8 @@ class ShardServer:
                 "main_size": int(st.main.ntotal),
                 "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
                 "mode": live.mode, "substrings": getattr(st.main, "substrings", live.substrings),
-                "failed": live.failed, "merging": live.merging, "merges": live.merges,
+                "failed": live.failed, "merging": live.merging,
+                "merge_status": live.merge_status, "merges": live.merges,
                 "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
 
     @_portable

@@ -76,7 +76,7 @@ def test_a_refused_create_leaves_nothing_and_restart_serves(tmp_path):
     assert [f.name for f in catalog.read_folders(tmp_path / "indexes")] == ["ok"]
     with _client(tmp_path) as c:
         states = _ready(c)["index_states"]
-        assert states == {"ok": {"state": "ready", "reason": None}}
+        assert states == {"ok": {"state": "ready", "reason": None, "merge": "none"}}
 
 
 def test_names_are_unique_regardless_of_case_and_capped(tmp_path):
@@ -241,3 +241,41 @@ def test_merge_state_in_the_index_and_as_prometheus_gauges(tmp_path):
                      'bucketsearch_index_last_merge_failed{index="g"} 0.0',
                      'bucketsearch_index_state{index="g",state="ready"} 1.0'):
             assert line in text, line
+
+
+def test_a_pending_or_running_merge_is_stated_while_serving(tmp_path):
+    """Issue 28.4: after a bulk add over the merge threshold the index state and /readyz say
+    the merge is pending, then running (still 200, searches answered), then done."""
+    with _client(tmp_path, merge_threshold=5) as c:
+        _ready(c)
+        c.post("/v1/indexes", json={"name": "g", "bits": 16})
+        live = c.app.state.registry.entries["g"].live
+        live.background_merge = False  # hold it pending
+        r = c.post("/v1/indexes/g/items", json={"ids": list(range(8)), "codes": _hex(range(8))})
+        assert r.status_code == 200, r.text
+        assert c.get("/v1/indexes/g").json()["merge"] == "pending"
+        ready = c.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["merges_pending"] == 1
+        assert ready.json()["index_states"]["g"]["merge"] == "pending"
+        started, release = threading.Event(), threading.Event()
+        write_snapshot = live._write_snapshot
+
+        def held_snapshot(*args):
+            started.set()
+            assert release.wait(30)
+            return write_snapshot(*args)
+
+        live._write_snapshot = held_snapshot
+        live.background_merge = True
+        live._maybe_merge()
+        assert started.wait(30)
+        assert c.get("/v1/indexes/g").json()["merge"] == "running"
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["merges_pending"] == 1
+        r = c.post("/v1/indexes/g/search", json={"codes": _hex([3]), "max_distance": 0})
+        assert r.status_code == 200 and r.json()["results"][0]["ids"] == [3]
+        release.set()
+        live.wait_for_merge()
+        assert c.get("/v1/indexes/g").json()["merge"] == "none"
+        assert c.get("/readyz").json()["merges_pending"] == 0

@@ -24,7 +24,9 @@ async def readyz(request: Request):
     """200 once the indexes are loaded and every search path is compiled (warm-up). An index
     that failed to load does not hold the others back: ``index_states`` lists each index's
     state (ready, read_only, corrupt, unavailable) and reason (with a read key configured,
-    only ``state_counts``: this route is open, index names are not)."""
+    only ``state_counts``: this route is open, index names are not). ``merges_pending`` counts
+    the indexes whose merge is pending or running (each one's ``merge`` in ``index_states``):
+    still ready and serving, exact, but slower until the merge ends."""
     state = request.app.state
     if not getattr(state, "ready", False):
         detail = getattr(state, "startup_detail", None)
@@ -35,10 +37,13 @@ async def readyz(request: Request):
                             status_code=503)
     registry = state.registry
     states = registry.states()
+    pending = sum(s.get("merge") in ("pending", "running") for s in states.values())
     if state.settings.read_key is not None:  # an open route: with a read key, no index names
         return Health(status="ready", indexes=len(registry.entries),
-                      state_counts=dict(Counter(s["state"] for s in states.values())))
-    return Health(status="ready", indexes=len(registry.entries), index_states=states)
+                      state_counts=dict(Counter(s["state"] for s in states.values())),
+                      merges_pending=pending)
+    return Health(status="ready", indexes=len(registry.entries), index_states=states,
+                  merges_pending=pending)
 
 
 @router.get("/v1/limits", response_model=Limits, dependencies=[ReadAuth])

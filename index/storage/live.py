@@ -635,6 +635,15 @@ class LiveIndex:
     def merging(self) -> bool:
         return self._merging
 
+    @property
+    def merge_status(self) -> str:
+        """``"running"`` while a merge runs, ``"pending"`` while the delta or the tombstones are
+        at the merge threshold and no merge runs yet (searches still answer, exact, but scan the
+        delta: slower until the merge), else ``"none"``."""
+        if self._merging:
+            return "running"
+        return "pending" if self.needs_merge() else "none"
+
     # ----------------------------------------------------------------------------- writes
     def _check_writable(self) -> None:
         if self._closed:

@@ -21,7 +21,10 @@ import numpy as np
 
 from bucketsearch.index.storage import fsio
 
-FORMAT_VERSION = 1
+#: 2: an ``auto`` snapshot stores the single table's ids once, as the multi-index's ``mih_ids``
+#: (1 stored a copy as ``single_ids``; both are read); offsets and MIH table positions may be
+#: int32. Version 1 snapshots load as before.
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 CHUNK = 1 << 22
 
