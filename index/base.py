@@ -463,6 +463,9 @@ class IndexBase:
 
     kind = ""
     legacy_kinds: tuple[str, ...] = ()
+    #: whether :attr:`words` / :attr:`ids` are in (code, id) order, the order of the tables: a
+    #: live index's merge then merges the delta into them instead of sorting everything again
+    sorted_by_code = False
 
     def __init__(self, bits: int):
         self.bits = check_bits(bits)
@@ -517,6 +520,16 @@ class IndexBase:
             if clash.any():
                 raise ValueError(f"ids: id {int(ids[clash][0])} is already in the index")
         return (np.concatenate([self.words, words]), np.concatenate([self.ids, ids]))
+
+    def build(self, words: np.ndarray, ids: np.ndarray, presorted: bool = False) -> None:
+        """Replace the items by ``(n, W)`` uint64 ``words`` and int64 ``ids`` checked by the
+        caller (unique; a live index's merge, whose ids were checked when written): no
+        validation pass. ``presorted``: already in (code, id) order (no sort, for an engine
+        that keeps that order; :attr:`sorted_by_code`)."""
+        if presorted and self.sorted_by_code:
+            self._rebuild_sorted(words, ids)
+        else:
+            self._rebuild(words, ids)
 
     def add(self, codes, ids=None) -> None:
         """Add codes (any format of :func:`index.codes.as_words`) with optional unique ids."""

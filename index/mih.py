@@ -614,6 +614,7 @@ class MultiIndex(IndexBase):
     """
 
     kind = "mih"
+    sorted_by_code = True
 
     def __init__(self, bits: int, substrings: int | None = None,
                  max_probes: int = DEFAULT_MAX_PROBES):

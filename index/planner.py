@@ -174,6 +174,7 @@ class AutoIndex(IndexBase):
     """
 
     kind = "auto"
+    sorted_by_code = True
 
     def __init__(self, bits: int, substrings: int | None = None,
                  max_probes: int = DEFAULT_MAX_PROBES,
@@ -244,7 +245,10 @@ class AutoIndex(IndexBase):
 
     def _rebuild(self, words, ids):
         words = np.asarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
-        words, ids = sort_items(words, ids)  # one sort, one copy shared by the three engines
+        self._rebuild_sorted(*sort_items(words, ids))  # one sort, one copy for the three
+
+    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
+        """The three engines over items already sorted by (code, id), sharing the arrays."""
         self.mih._rebuild_sorted(words, ids)
         self.single._rebuild_sorted(words, ids)
         self.scan.share(words, ids)

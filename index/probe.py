@@ -490,6 +490,7 @@ class HammingIndex(IndexBase):
     """
 
     kind = "single"
+    sorted_by_code = True
     legacy_kinds = ("hamming",)
 
     def __init__(self, bits: int, max_probes: int = DEFAULT_MAX_PROBES):

@@ -7,6 +7,8 @@ bytes of dense ids) is skipped. Each pass reads the pairs once and writes them o
 digit's run (exclusive prefix sums of the histogram): ``O(n)`` per pass, no comparison, no
 Python per item. :func:`sort_codes_ids` sorts one-word codes by ``(code, id)``: by code alone
 when the ids already increase (stability keeps them so), else by id first then by code.
+:func:`merge_sorted` merges two such sorted runs in one pass (a live index's merge: the main
+index's items, already in that order, and the sorted delta).
 """
 from __future__ import annotations
 
@@ -104,4 +106,31 @@ def sort_codes_ids(codes, ids):
     return sorted_codes, _gather(ids, order)
 
 
-__all__ = ["sort_codes_ids", "sort_pairs"]
+@njit
+def sort_ids(ids):
+    """int64 ``ids`` in ascending order (a copy), by the radix sort."""
+    return sort_pairs(_id_keys(ids), ids)[1]
+
+
+@njit
+def merge_sorted(codes_a, ids_a, codes_b, ids_b):
+    """Two runs of one-word codes and ids, each sorted by (code, id), merged into one sorted
+    run (one linear pass; ties cannot occur: an id is in one run only)."""
+    na, nb = len(codes_a), len(codes_b)
+    codes = np.empty(na + nb, dtype=np.uint64)
+    ids = np.empty(na + nb, dtype=np.int64)
+    i = j = 0
+    for t in range(na + nb):
+        if j >= nb or (i < na and (codes_a[i] < codes_b[j]
+                                   or (codes_a[i] == codes_b[j] and ids_a[i] < ids_b[j]))):
+            codes[t] = codes_a[i]
+            ids[t] = ids_a[i]
+            i += 1
+        else:
+            codes[t] = codes_b[j]
+            ids[t] = ids_b[j]
+            j += 1
+    return codes, ids
+
+
+__all__ = ["merge_sorted", "sort_codes_ids", "sort_ids", "sort_pairs"]

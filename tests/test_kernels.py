@@ -482,3 +482,19 @@ def test_table_built_entries_equal_derived_ones(bits, n, seed):
     loaded = BucketTable.from_arrays(bits, table.arrays(), False)
     assert loaded._entries is None
     assert (table.slot_entries() == loaded.slot_entries()).all()
+
+
+@settings(max_examples=120, deadline=None)
+@given(codes=st.lists(_KEYS, max_size=150), split=st.integers(0, 150), seed=st.integers(0, 2**31))
+def test_merge_sorted_matches_sorting_the_union(codes, split, seed):
+    """Two (code, id)-sorted runs with disjoint ids merged in one pass equal the union sorted
+    (the twin); ``sort_ids`` equals ``np.sort``."""
+    n = len(codes)
+    codes = np.array(codes, dtype=np.uint64)
+    ids = np.random.default_rng(seed).permutation(4 * n + 1)[:n].astype(np.int64) - n
+    a = naive.sort_codes_ids(codes[:split], ids[:split])
+    b = naive.sort_codes_ids(codes[split:], ids[split:])
+    out_c, out_i = radix.merge_sorted(*a, *b)
+    twin_c, twin_i = naive.sort_codes_ids(codes, ids)
+    assert (out_c == twin_c).all() and (out_i == twin_i).all()
+    assert (radix.sort_ids(ids) == np.sort(ids)).all()

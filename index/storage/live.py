@@ -45,6 +45,8 @@ from bucketsearch.index.factory import check_served_mode, load_index, make_index
 from bucketsearch.index.kernels import merge_rows, rows_done
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.table import sort_items
+from bucketsearch.index.radix import merge_sorted, sort_ids
 from bucketsearch.index.storage import follow, fsio
 from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog,
                                             cut_torn_tail, list_segments, record, salvage,
@@ -161,6 +163,24 @@ class LiveState:
         words = np.concatenate([np.asarray(main.words)[keep], self.delta_words])
         ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep], self.delta_ids])
         return ids, words
+
+    def sorted_items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, ids)`` of every live item sorted by (code, id). A main index that keeps
+        that order (:attr:`IndexBase.sorted_by_code`) of one-word codes is not sorted again:
+        its items (tombstones dropped, order kept) and the sorted delta are merged in one
+        pass (:func:`index.radix.merge_sorted`)."""
+        main = self.main
+        if not main.ntotal or not main.sorted_by_code or n_words(self.bits) != 1:
+            ids, words = self.items()
+            return sort_items(words, ids)
+        main_words = np.asarray(main.words).reshape(-1)
+        main_ids = np.asarray(main.ids, dtype=np.int64)
+        if len(self.tombstones):
+            keep = ~np.isin(main_ids, self.tombstones)
+            main_words, main_ids = main_words[keep], main_ids[keep]
+        delta_words, delta_ids = sort_items(self.delta_words, self.delta_ids)
+        words, ids = merge_sorted(main_words, main_ids, delta_words.reshape(-1), delta_ids)
+        return words.reshape(-1, 1), ids
 
     def get(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, words)`` of ``ids``: a delta copy wins over the main one (a re-insert)."""
@@ -626,7 +646,7 @@ class LiveIndex:
         return kept.ops
 
     def _base_state(self, main, version: int, id_high: int = -1) -> LiveState:
-        ids = np.sort(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
+        ids = sort_ids(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
         w = n_words(self.bits)
         return LiveState(self.bits, main, ids, None, _EMPTY_IDS,
                          np.empty((0, w), dtype=np.uint64), _EMPTY_IDS, version, id_high)
@@ -804,10 +824,10 @@ class LiveIndex:
                 self._during_merge = []
             try:
                 t = time.perf_counter()
-                ids, words = frozen.items()
+                words, ids = frozen.sorted_items()  # the main's order kept, the delta merged
                 new_main = self._new_main(mode, substrings)
                 if len(ids):
-                    new_main.add(words, ids=ids)
+                    new_main.build(words, ids, presorted=True)  # ids checked when written
                 merges = self.merges + 1  # kept in the snapshot: a restart reads it back
                 snap_dir = self._write_snapshot(new_main, through, mode, substrings,
                                                 frozen.id_high, merges)
