@@ -498,3 +498,27 @@ def test_merge_sorted_matches_sorting_the_union(codes, split, seed):
     twin_c, twin_i = naive.sort_codes_ids(codes, ids)
     assert (out_c == twin_c).all() and (out_i == twin_i).all()
     assert (radix.sort_ids(ids) == np.sort(ids)).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([25, 40, 64, 128]), n=st.integers(0, 400), spread=st.integers(1, 40),
+       seed=st.integers(0, 2**31))
+def test_hashed_table_finds_every_code_and_no_other(bits, n, spread, seed):
+    """Hashed slots (wrap-around included: small tables, clustered homes) find
+    every bucket's code and nothing else (the twin: a dict of code -> bucket)."""
+    from bucketsearch.index.table import find_bucket
+    rng = np.random.default_rng(seed)
+    W = (bits + 63) // 64
+    top = 2**min(bits, 63)
+    codes = rng.integers(0, min(top, 2**spread), (n, W), dtype=np.uint64)
+    codes[:, 0] |= np.uint64(top >> 1) if bits < 64 and n % 2 else np.uint64(0)
+    table = BucketTable.build(bits, codes, np.arange(n))
+    if table.direct:
+        return
+    twin = {tuple(c): b for b, c in enumerate(table.codes.tolist())}
+    probes = np.concatenate([codes, rng.integers(0, min(top, 2**spread), (50, W),
+                                                 dtype=np.uint64)])
+    args = table.lookup_args()
+    for q in probes:
+        assert find_bucket(q, W, *args) == twin.get(tuple(q.tolist()), -1)
+    assert (table.slots >= 0).sum() == table.distinct_codes
