@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -472,7 +473,7 @@ class Registry:
             "state": entry.state, "reason": self.redact(live.failed),
             "size": st.ntotal, "main_size": int(st.main.ntotal),
             "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
-            "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** entry.bits,
+            "distinct_codes": distinct, "code_space_fraction": math.ldexp(distinct, -entry.bits),
             "bucket_size_histogram": [{"size": int(v), "buckets": int(c)}
                                       for v, c in zip(values, counts)],
             "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints,
                       model_validator)
 
+from bucketsearch.index.codes import MAX_BITS
 from bucketsearch.index.storage.catalog import NAME_PATTERN
 
 HEX_PATTERN = r"^[0-9a-fA-F]*$"
@@ -35,7 +36,7 @@ def int_in(ge: int | None = None, le: int | None = None):
 EXACT_BOUNDS = (MAX_ID, 2**62, -(2**62), 2**32 - 1)
 
 IndexNameStr = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-HexCode = Annotated[str, StringConstraints(pattern=HEX_PATTERN, max_length=64)]
+HexCode = Annotated[str, StringConstraints(pattern=HEX_PATTERN, max_length=MAX_BITS // 4)]
 ItemId = int_in(0, MAX_ID)
 ServedMode = Literal["single", "mih", "auto"]
 
@@ -49,13 +50,13 @@ class Strict(BaseModel):
 
 class CreateIndex(Strict):
     name: IndexNameStr = Field(description="index name, [A-Za-z0-9_-]{1,64}")
-    bits: Int = Field(ge=1, le=256, description="code length Q in bits")
+    bits: Int = Field(ge=1, le=MAX_BITS, description="code length Q in bits")
     mode: ServedMode = Field(
         "auto", description="auto (default): the planner picks single-table probing, "
                             "multi-index hashing or a scan per batch by predicted cost; single: "
                             "single-table bucket search only; mih: multi-index hashing only "
                             "(README: Which mode)")
-    substrings: int_in(1, 256) | None = Field(None,
+    substrings: int_in(1, MAX_BITS) | None = Field(None,
                                    description="number of MIH substrings (mih/auto only)")
     partitioning: Literal["id_hash", "code_prefix"] = Field(
         "id_hash", description="sharded server (serve --shards N) only: id_hash (an item's "
@@ -158,7 +159,7 @@ class SearchRequest(Strict):
         for f in ("max_distance", "k")]})
 
     codes: list[HexCode] = Field(min_length=1, description="query codes (hex)")
-    max_distance: int_in(0, 256) | None = Field(None,
+    max_distance: int_in(0, MAX_BITS) | None = Field(None,
                                      description="radius search: every item with d <= r; with "
                                                  "k, top-k within the radius")
     k: int_in(1) | None = Field(None, description="k-NN search, ordered by (distance, id); "
@@ -233,7 +234,7 @@ class LatencySummary(BaseModel):
 
 class CalibrateIn(Strict):
     queries: Int = Field(256, ge=1, le=100_000, description="number of sampled queries")
-    max_distance: int_in(0, 256) | None = Field(None, description="radius searched by each "
+    max_distance: int_in(0, MAX_BITS) | None = Field(None, description="radius searched by each "
                                      "query (default: min(2, bits))")
     seed: Int = Field(0, ge=0, le=2**32 - 1)
 
@@ -279,7 +280,7 @@ class EvaluateIn(Strict):
         None, description="labels of the db_ids items, same form as query_labels")
     relevant_ids: list[list[ItemId]] | None = Field(
         None, description="instead of labels: per query, the ids of its relevant items")
-    radius_max: int_in(0, 256) | None = Field(None, description="largest radius reported "
+    radius_max: int_in(0, MAX_BITS) | None = Field(None, description="largest radius reported "
                                    "(default: min(bits, 10, largest radius within the probe "
                                    "guard))")
     ks: list[int_in(1, 100_000)] = Field(
@@ -328,7 +329,7 @@ class GetOut(BaseModel):
 
 class SetMode(Strict):
     mode: ServedMode = Field(description="the mode to rebuild the index in (README: Which mode)")
-    substrings: int_in(1, 256) | None = Field(None,
+    substrings: int_in(1, MAX_BITS) | None = Field(None,
                                    description="number of MIH substrings (mih/auto only)")
 
 

@@ -740,7 +740,7 @@ class ShardedLive:
             "mode": self.mode, "substrings": self.substrings if self.mode != "single" else None,
             "size": self._totals["size"], "main_size": self._totals["main_size"],
             "delta_size": self._totals["delta_size"], "tombstones": self._totals["tombstones"],
-            "distinct_codes": distinct, "code_space_fraction": distinct / 2.0 ** self.bits,
+            "distinct_codes": distinct, "code_space_fraction": math.ldexp(distinct, -self.bits),
             "bucket_size_histogram": [{"size": k, "buckets": v} for k, v in sorted(hist.items())],
             "memory_bytes": sum(s["memory_bytes"] for s in shards),
             "merges": self.merges, "merging": self.merging, "merge": self.merge_status,

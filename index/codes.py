@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 MIN_BITS = 1
-MAX_BITS = 256
+MAX_BITS = 1024
 WORD_BITS = 64
 
 

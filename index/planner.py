@@ -276,12 +276,12 @@ class AutoIndex(IndexBase):
         """Data expectations of uniform codes: ``N C(Q, d) / 2^Q`` items at distance d."""
         n = self.ntotal
         q = self.bits
-        self.items_d = np.array([n * math.comb(q, d) / 2.0 ** q for d in range(q + 1)])
+        self.items_d = np.array([n * math.comb(q, d) / 2 ** q for d in range(q + 1)])
         self.codes_d = np.minimum(self.items_d, [math.comb(q, d) for d in range(q + 1)])
         self.sub_items, self.sub_codes = [], []
         for w in self.mih.sub_widths:
             w = int(w)
-            it = np.array([n * math.comb(w, r) / 2.0 ** w for r in range(w + 1)])
+            it = np.array([n * math.comb(w, r) / 2 ** w for r in range(w + 1)])
             self.sub_items.append(it)
             self.sub_codes.append(np.minimum(it, [math.comb(w, r) for r in range(w + 1)]))
 

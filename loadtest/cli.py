@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch import __version__
-from bucketsearch.index.codes import as_words, n_bytes, n_words, pack_hex, to_packed
+from bucketsearch.index.codes import MAX_BITS, as_words, n_bytes, n_words, pack_hex, to_packed
 from bucketsearch.loadtest import dataset
 from bucketsearch.loadtest.export import per_second, write_csv, write_hdr_log
 from bucketsearch.loadtest.report import (SLO_EXIT, SLO_HELP, build_report, evaluate_slos,
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             check_server(client)
             info = get_index(client, cfg.index)
         bits = int(info.get("bits") or 0)
-        if not 1 <= bits <= 256:
+        if not 1 <= bits <= MAX_BITS:
             raise ServerError(f"GET /v1/indexes/{cfg.index} gave no valid 'bits' ({info})")
         base, source = query_source(args, cfg, bits)
         print(f"queries: drawn from {source}; radius-r queries flip exactly r bits, k-NN "

@@ -35,7 +35,7 @@ def test_single_word_is_the_code_value():
 @pytest.mark.parametrize("call, message", [
     (lambda: pack_bits([[0, 1, 2]]), "row 0 column 2: value 2"),
     (lambda: pack_bits([[1, -1], [0, 1]]), "row 1 column 0: value 0 is outside the alphabet {-1, +1}"),
-    (lambda: pack_bits(np.zeros((2, 257), np.uint8)), "bits must be in [1, 256], got 257"),
+    (lambda: pack_bits(np.zeros((2, 1025), np.uint8)), "bits must be in [1, 1024], got 1025"),
     (lambda: pack_bits(np.zeros((2, 3, 4), np.uint8)), "2-D"),
     (lambda: pack_bits(np.zeros((2, 3)), ), "integer or bool dtype"),
     (lambda: pack_hex(["ab", "zz"], 8), "code 1: 'zz' is not a hex string"),

@@ -379,7 +379,7 @@ def test_fit_all_on_a_real_index_names_every_figure(small_indexes):
     base = CostSamples.from_stats(stats)
     for f in ("probes", "items", "lookup_ns", "empty_buckets"):
         assert np.array_equal(again.per_query(f), base.per_query(f))
-    with pytest.raises(ValueError, match=r"bits must be in \[1, 256\], got 0"):
+    with pytest.raises(ValueError, match=r"bits must be in \[1, 1024\], got 0"):
         fit_all(stats, 0)
     empty = fit_all([], 64)
     assert empty["t0"][0]["t0_ns"] is None and empty["query_model"]["unidentified"]["fixed"] \

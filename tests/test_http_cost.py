@@ -114,7 +114,7 @@ def requests_of(words):
         ("unknown parameter", "max_distance=1&x=2", both, raw),
         ("repeated parameter", "max_distance=1&max_distance=2", both, raw),
         # refused
-        ("radius too large", "max_distance=257", both, raw),
+        ("radius too large", "max_distance=1025", both, raw),
         ("negative radius", "max_distance=-1", both, raw),
         ("k zero", "k=0", both, raw),
         ("k above max_k", "k=100000", both, raw),
@@ -246,8 +246,8 @@ def test_plain_params():
     plain = search_module.plain_params
     assert plain(b"") == {"max_distance": None, "k": None, "stats": False}
     assert plain(b"max_distance=2&k=5&stats=true") == {"max_distance": 2, "k": 5, "stats": True}
-    assert plain(b"max_distance=256") == {"max_distance": 256, "k": None, "stats": False}
-    for declined in (b"max_distance=257", b"max_distance=-1", b"max_distance=01", b"k=0",
+    assert plain(b"max_distance=1024") == {"max_distance": 1024, "k": None, "stats": False}
+    for declined in (b"max_distance=1025", b"max_distance=-1", b"max_distance=01", b"k=0",
                      b"max_distance=1&max_distance=1", b"max_distance", b"max_distance=",
                      b"stats=yes", b"x=1", b"max_distance=1&", b"max_distance=%31",
                      b"max_distance=+1", b"k=1234567890"):

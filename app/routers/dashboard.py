@@ -30,6 +30,7 @@ from bucketsearch.app.costfit import json_safe, sample_queries
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.index.base import ResultLimitError
+from bucketsearch.index.codes import MAX_BITS
 from bucketsearch.index.costmodel import per_radius_means
 
 router = APIRouter(tags=["dashboard"])
@@ -144,7 +145,7 @@ def radius_profile(
         queries: Annotated[int, Query(ge=1, le=MAX_PROFILE_QUERIES,
                                       description="sampled queries")] = 64,
         max_distance: Annotated[int | None, Query(
-            ge=0, le=256, description="largest radius (default: the largest r <= "
+            ge=0, le=MAX_BITS, description="largest radius (default: the largest r <= "
             f"{DEFAULT_MAX_RADIUS} within {DEFAULT_PROBE_BUDGET:,} probes)")] = None,
         seed: Annotated[int, Query(ge=0, le=2**32 - 1)] = 0) -> dict:
     """Per radius r: mean probes, empty and non-empty buckets and items of one query, the

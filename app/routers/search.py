@@ -43,6 +43,7 @@ from bucketsearch.app.parsing import SearchJob, content_type, parse_search, want
 from bucketsearch.app.schemas import (SearchRequest, SearchResponse,
                                       json_or_octet_body)
 from bucketsearch.index.base import ProbeLimitError, ResultLimitError
+from bucketsearch.index.codes import MAX_BITS
 from bucketsearch.index.storage.live import with_probe_limit
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"])
@@ -142,7 +143,7 @@ def runs_inline(entry, job: SearchJob) -> bool:
 async def search(
         entry: EntryDep, request: Request,
         max_distance: Annotated[int | None, Query(
-            ge=0, le=256, description="octet-stream only: radius search, d <= r (with k: the "
+            ge=0, le=MAX_BITS, description="octet-stream only: radius search, d <= r (with k: the "
                                       "k nearest within r)")] = None,
         k: Annotated[int | None, Query(ge=1, description="octet-stream only: k-NN (with "
                                                          "max_distance: within that radius)")]
@@ -285,7 +286,7 @@ def run_search(entry, job: SearchJob, settings, t_start: float) \
 SEARCH_ROUTE = "/v1/indexes/{name}/search"
 _PREFIX, _SUFFIX = SEARCH_ROUTE.split("{name}")
 _BOOLS = {b"true": True, b"false": False, b"1": True, b"0": False}
-_INT_PARAMS = {b"max_distance": (0, 256), b"k": (1, None)}  # the endpoint's Query bounds
+_INT_PARAMS = {b"max_distance": (0, MAX_BITS), b"k": (1, None)}  # the endpoint's Query bounds
 
 
 def plain_params(query: bytes) -> dict | None:
