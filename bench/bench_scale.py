@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_scale.py                 # 10M uniform 64-bit codes
     .venv/bin/python bench/bench_scale.py --n 100000000   # 100M on request
     .venv/bin/python bench/bench_scale.py --only single,auto --threads 1
+    .venv/bin/python bench/bench_scale.py --merge 2000000 --only single,auto   # a bulk add merged
 
 Every index is built in a subprocess of its own (the same codes, regenerated from the seed), so
 its resident memory is the growth of that process's RSS from before the build to after it (the
@@ -78,6 +79,35 @@ def build_one(kind: str, n: int, bits: int, seed: int, threads: int) -> dict:
             "memory_per_item": index.memory_bytes() / n}
 
 
+def merge_one(kind: str, n: int, bits: int, seed: int, delta: int) -> dict:
+    """A live index (``merge_<mode>``) of ``n`` codes gets ``delta`` more (a bulk add) and
+    merges them: the merge's wall and CPU time (building the new main index from the main's
+    sorted items and the delta, writing its snapshot, reading it back) beside a build of the
+    same ``n + delta`` codes from scratch."""
+    import tempfile
+
+    from bucketsearch.index.factory import make_index
+    from bucketsearch.index.storage.live import LiveIndex
+    mode = kind.split("_", 1)[1]
+    xb = codes(n + delta, bits, seed)
+    ids = np.arange(n + delta, dtype=np.int64)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SCALE_TMP")) as tmp:
+        live = LiveIndex(tmp, bits, mode, merge_threshold=2**62, background_merge=False)
+        live.add(xb[:n], ids[:n])
+        live.merge()
+        live.add(xb[n:], ids[n:])
+        t, c = time.perf_counter(), time.process_time()
+        live.merge()
+        merge_s, merge_cpu = time.perf_counter() - t, time.process_time() - c
+        live.close()
+    index = make_index(bits, mode)
+    t, c = time.perf_counter(), time.process_time()
+    index.add(xb, ids)
+    build_s, build_cpu = time.perf_counter() - t, time.process_time() - c
+    return {"index": kind, "merge_s": merge_s, "merge_cpu_s": merge_cpu, "build_s": build_s,
+            "build_cpu_s": build_cpu}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -85,10 +115,27 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="single,mih,auto,faiss_hash,faiss_multihash")
+    ap.add_argument("--merge", type=int, default=0, metavar="DELTA",
+                    help="instead: a live index of --n codes merges a bulk add of DELTA more "
+                         "(modes of --only), beside a build of all of them from scratch")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(build_one(args.child, args.n, args.bits, args.seed, args.threads)))
+        out = (merge_one(args.child, args.n, args.bits, args.seed, args.merge) if args.merge
+               else build_one(args.child, args.n, args.bits, args.seed, args.threads))
+        print(json.dumps(out))
+        return
+    if args.merge:
+        print(f"n = {args.n:,} + a delta of {args.merge:,} uniform {args.bits}-bit codes")
+        for mode in args.only.split(","):
+            out = subprocess.run([sys.executable, __file__, "--child", f"merge_{mode}", "--n",
+                                  str(args.n), "--bits", str(args.bits), "--seed",
+                                  str(args.seed), "--merge", str(args.merge)],
+                                 check=True, capture_output=True, text=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"{mode:<8} merge {r['merge_s']:7.2f} s wall {r['merge_cpu_s']:7.2f} s CPU; "
+                  f"build of all from scratch {r['build_s']:7.2f} s wall "
+                  f"{r['build_cpu_s']:7.2f} s CPU", flush=True)
         return
     rows = []
     for kind in args.only.split(","):

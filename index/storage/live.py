@@ -48,6 +48,7 @@ from bucketsearch.index.scan import LinearScan
 from bucketsearch.index.table import sort_items
 from bucketsearch.index.radix import merge_sorted, sort_ids
 from bucketsearch.index.storage import follow, fsio
+from bucketsearch.index.storage.store import load_arrays
 from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, WriteAheadLog,
                                             cut_torn_tail, list_segments, record, salvage,
                                             scan_segment)
@@ -532,6 +533,20 @@ class LiveIndex:
             self.mode, self.substrings = mode, meta.get("substrings", self.substrings)
         return main
 
+    def _verify_snapshot(self, snap_dir: Path, mode: str, ntotal: int) -> None:
+        """Check a snapshot just written as :meth:`_load_main` would, without building an
+        index of it: its meta (bits, mode), every array's checksum, dtype and shape, its kind
+        and item count."""
+        meta = json.loads(fsio.read_bytes(snap_dir / SNAPSHOT_META))
+        if meta.get("bits") != self.bits or meta.get("mode") != mode:
+            raise ValueError(f"{snap_dir.name}: holds bits={meta.get('bits')} "
+                             f"mode={meta.get('mode')!r}, expected bits={self.bits} "
+                             f"mode={mode!r}")
+        kind, main_meta, _ = load_arrays(snap_dir / "main", mmap=True)
+        if kind != mode or main_meta.get("ntotal") != ntotal:
+            raise ValueError(f"{snap_dir.name}: holds a {kind!r} index of "
+                             f"{main_meta.get('ntotal')} items, expected {mode!r} of {ntotal}")
+
     def _choose_base(self):
         """The newest snapshot that loads and verifies and whose later WAL segments are all
         there (or the empty index, when the log starts at segment 0): ``(through, main)``."""
@@ -831,10 +846,13 @@ class LiveIndex:
                 merges = self.merges + 1  # kept in the snapshot: a restart reads it back
                 snap_dir = self._write_snapshot(new_main, through, mode, substrings,
                                                 frozen.id_high, merges)
-                # read back: checksums of what is on disk
-                verified = self._load_main(snap_dir, expected_mode=mode)
+                # read back: checksums of what is on disk; with mmap the mapped copy is
+                # published, else only the files are checked (not built into a second index:
+                # an auto index would calibrate again)
                 if self.mmap:
-                    new_main = verified
+                    new_main = self._load_main(snap_dir, expected_mode=mode)
+                else:
+                    self._verify_snapshot(snap_dir, mode, new_main.ntotal)
                 with self._write_lock:
                     self.mode, self.substrings = mode, substrings
                     base = self._base_state(new_main, self.state.version + 1,
