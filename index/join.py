@@ -36,7 +36,7 @@ bounded whatever the pair count.
 
 Cost model (:func:`predict_join`): ``scan``: ``c_scan * n(n-1)/2``; ``probe``: ``c_probe *
 probes`` with ``probes = nu * sum_{r<=R} C(Q, r)`` (``nu`` distinct codes); ``blocks``: ``C(b,
-k) * n * c_table + c_candidate * candidates``; all plus ``c_pair * pairs`` (sorting and
+k) * n * (c_table + c_row) + c_candidate * candidates``; all plus ``c_pair * pairs`` (sorting and
 emitting). Candidates and pairs are estimated from a sample of the index's own codes
 (sample pairs scaled by ``n(n-1) / s(s-1)``); the constants are measured once per process on
 this machine (:func:`join_constants`). :class:`JoinStats` reports measured against modeled per
@@ -72,7 +72,7 @@ KERNEL_BUFFER = 1 << 18
 #: most tables a block scheme may have
 MAX_TABLES = 1024
 #: items of the sample the prediction reads
-PREDICT_SAMPLE = 16_384
+PREDICT_SAMPLE = 4_096
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
 
@@ -509,25 +509,28 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
 
 
 class _BlockTable:
-    """The buffers of one block table's radix sort, reused table after table."""
+    """The buffers of one block table's radix sort, reused table after table (rows int32:
+    fewer than 2^31 items)."""
 
     def __init__(self, words: np.ndarray):
         self.words = words
-        n = len(words)
+        n, W = words.shape
+        if n >= 2**31:
+            raise ValueError(f"a block join takes fewer than 2^31 items, got {n}")
         self.n = n
         self.top_bits = int(min(32, max(2, math.ceil(math.log2(max(n, 2))) + 2)))
-        self.order, self.tmp_order = np.empty(n, np.int64), np.empty(n, np.int64)
+        self.order, self.tmp_order = np.empty(n, np.int32), np.empty(n, np.int32)
         self.sorted_h, self.tmp_h = np.empty(n, np.uint64), np.empty(n, np.uint64)
+        self.sorted_w, self.tmp_w = np.empty((n, W), np.uint64), np.empty((n, W), np.uint64)
         self.counts = np.empty((1 << (self.top_bits - self.top_bits // 2)) + 1, np.int64)
-        self.rows = np.arange(n, dtype=np.int64)
 
     def sort(self, mask: np.ndarray) -> int:
         return hash_blocks(self.words, mask, self.top_bits, self.order, self.sorted_h,
-                           self.tmp_order, self.tmp_h, self.counts)
+                           self.sorted_w, self.tmp_order, self.tmp_h, self.tmp_w, self.counts)
 
     def pairs(self, R, t, masks, p, out, tally):
-        return block_pairs(self.words, self.rows, R, t, masks, self.top_bits, self.order,
-                           self.sorted_h, p, *out, tally)
+        return block_pairs(self.sorted_w, self.order, self.sorted_h, R, t, masks,
+                           self.top_bits, p, *out, tally)
 
 
 def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, buffer: int):
@@ -564,9 +567,10 @@ _CONSTANTS_LOCK = threading.Lock()
 
 def join_constants(W: int) -> dict:
     """Seconds per unit of work of each phase for ``W``-word codes, measured once per process
-    on this machine on uniform codes: ``table_item`` (one item through one block table's
-    counting sort, at 2^18 and 2^21 items: ``table_item_small``/``_large``), ``candidate``
-    (one verified candidate), ``scan_pair`` (one pair compared by the scan), ``probe`` (one
+    on this machine on uniform codes (each the best of a few runs): ``table_item`` (one item
+    through one block table's radix sort, at 2^18 and 2^21 items: ``table_item_small`` /
+    ``_large``), ``row`` (one sorted row of a table read for its candidates), ``candidate`` (one
+    verified candidate), ``scan_pair`` (one pair compared by the scan), ``probe`` (one
     bucket lookup), ``pair`` (one pair sorted and emitted)."""
     with _CONSTANTS_LOCK:
         if W in _CONSTANTS:
@@ -578,32 +582,44 @@ def join_constants(W: int) -> dict:
         buf = _buffers(1 << 16)
         for label, n in (("table_item_small", 1 << 18), ("table_item_large", 1 << 21)):
             words = rng.integers(0, 2**63, size=(n, W), dtype=np.uint64)
-            masks = block_masks(bits, 4, 1)
+            masks = block_masks(bits, bits // 16, 1)  # 16-bit blocks
             table = _BlockTable(words)
             _BlockTable(words[:64]).sort(masks[0])  # compiled
             best = math.inf
-            for _ in range(2):
+            for _ in range(3):
                 t0 = time.perf_counter()
                 table.sort(masks[0])
                 best = min(best, time.perf_counter() - t0)
             out[label] = best / n
-            if label == "table_item_small":  # candidates: a 16-bit key over 2^18 items
-                table.pairs(3, 0, masks, n - 2, buf, tally)
-                tally[:] = 0
-                t0 = time.perf_counter()
-                p = 0
-                while p < n:
-                    p, _ = table.pairs(3, 0, masks, p, buf, tally)
-                out["candidate"] = (time.perf_counter() - t0) / max(int(tally[T_CANDIDATES]), 1)
+            if label == "table_item_small":
+                # rows: a table of 4 blocks of 64 bits (almost no candidates); candidates: a
+                # 16-bit key over 2^18 items (2^19 candidates), the rows' time taken off
+                for key, mk in (("row", block_masks(bits, 1, 1)), ("candidate", masks)):
+                    table.sort(mk[0])
+                    table.pairs(3, 0, mk, n - 2, buf, tally)
+                    best = math.inf
+                    for _ in range(2):
+                        tally[:] = 0
+                        t0 = time.perf_counter()
+                        p = 0
+                        while p < n:
+                            p, _ = table.pairs(3, 0, mk, p, buf, tally)
+                        best = min(best, time.perf_counter() - t0)
+                    if key == "row":
+                        out["row"] = best / n
+                    else:
+                        out["candidate"] = max(best - out["row"] * n, best / 10) / max(
+                            int(tally[T_CANDIDATES]), 1)
                 # scan: 4096 rows against each other
-                sw, si = words[:4096], table.rows[:4096]
+                rows = np.arange(n, dtype=np.int64)
+                sw, si = words[:4096], rows[:4096]
                 scan_pairs(sw[:16], si[:16], 3, 0, 0, 16, *buf, tally)
                 tally[:] = 0
                 t0 = time.perf_counter()
                 scan_pairs(sw, si, 3, 0, 0, len(si), *buf, tally)
                 out["scan_pair"] = (time.perf_counter() - t0) / max(int(tally[T_CANDIDATES]), 1)
                 # probes: radius 2 around 2048 distinct codes of a table of 2^18
-                bt = BucketTable.build(bits, words, table.rows)
+                bt = BucketTable.build(bits, words, rows)
                 fw, fm = bit_masks(bits)
                 hits = np.empty(1 << 16, np.int64)
                 args = (bt.codes, bt.offsets, bt.ids, *bt.lookup_args()[1:], bits, fw, fm)
@@ -645,29 +661,30 @@ def _sample(ids, words, size: int, seed: int = 0):
     return np.ascontiguousarray(words[idx]), (n * (n - 1)) / (s * (s - 1))
 
 
-def _sample_counts(sw, R, masks_by_scheme):
-    """Pairs within R of the sample, and per scheme its candidates (pairs with equal hashes in
-    a table, all tables)."""
+def _sample_pairs(sw, R) -> int:
+    """Pairs within R of the sample (the scan kernel)."""
     s = len(sw)
-    ids = np.arange(s, dtype=np.int64)
+    rows = np.arange(s, dtype=np.int64)
     tally = np.zeros(3, np.int64)
     buf = _buffers(1 << 16)
     i = j = 0
     while i < s:
-        i, j, _ = scan_pairs(sw, ids, R, i, j, s, *buf, tally)
-    pairs = int(tally[T_PAIRS])
-    cands = {}
+        i, j, _ = scan_pairs(sw, rows, R, i, j, s, *buf, tally)
+    return int(tally[T_PAIRS])
+
+
+def _sample_candidates(sw, masks) -> int:
+    """Candidates of the sample in the tables of ``masks`` (pairs with equal hashes)."""
+    s = len(sw)
     table = _BlockTable(sw)
     buf = _buffers(max(s, 1))
-    for scheme, masks in masks_by_scheme.items():
-        tally[:] = 0
-        for t in range(len(masks)):
-            table.sort(masks[t])
-            p = 0
-            while p < s:  # R = -1: candidates counted, none emitted
-                p, _ = table.pairs(-1, t, masks, p, buf, tally)
-        cands[scheme] = int(tally[T_CANDIDATES])
-    return pairs, cands
+    tally = np.zeros(3, np.int64)
+    for t in range(len(masks)):
+        table.sort(masks[t])
+        p = 0
+        while p < s:  # R = -1: candidates counted, none emitted
+            p, _ = table.pairs(-1, t, masks, p, buf, tally)
+    return int(tally[T_CANDIDATES])
 
 
 def _predict(bits, ids, words, R) -> JoinPrediction:
@@ -675,10 +692,9 @@ def _predict(bits, ids, words, R) -> JoinPrediction:
     W = n_words(bits)
     c = join_constants(W)
     schemes = block_schemes(bits, R) if n > 1 else []
-    masks_by_scheme = {s: block_masks(bits, *s) for s in schemes}
+    masks_by_scheme = {s: block_masks(bits, *s) for s in schemes}  # (at most MAX_TABLES)
     sw, scale = _sample(ids, words, PREDICT_SAMPLE)
-    s_pairs, s_cands = _sample_counts(sw, R, masks_by_scheme)
-    pairs = s_pairs * scale
+    pairs = _sample_pairs(sw, R) * scale
     emit_s = c["pair"] * pairs
     total_pairs = n * (n - 1) / 2
     alt, detail = {}, {}
@@ -698,19 +714,20 @@ def _predict(bits, ids, words, R) -> JoinPrediction:
     build = _table_item_seconds(c, n) * n * 2
     alt["probe"] = build + probe_t + emit_s
     detail["probe"] = ({}, probes, pairs, {"tables": build, "verify": probe_t, "emit": emit_s})
-    best_scheme = None
-    for scheme in schemes:
+    table_s = _table_item_seconds(c, n) + c["row"]
+    for scheme in schemes:  # more tables as k grows: stop once the tables alone cost more
         T = len(masks_by_scheme[scheme])
-        cands = s_cands[scheme] * scale
+        if T * n * table_s > min(alt.values()):
+            break
+        s_cands = _sample_candidates(sw, masks_by_scheme[scheme])
+        cands = s_cands * scale
         tables = T * n * _table_item_seconds(c, n)
-        verify = c["candidate"] * cands
+        verify = c["candidate"] * cands + T * n * c["row"]
         t = tables + verify + emit_s
         name = f"blocks{scheme}"
         alt[name] = t
         detail[name] = ({"b": scheme[0], "k": scheme[1], "tables": T}, 0.0, cands,
                         {"tables": tables, "verify": verify, "emit": emit_s})
-        if best_scheme is None or t < alt[f"blocks{best_scheme}"]:
-            best_scheme = scheme
     choice = min(alt, key=lambda m: alt[m])
     params, probes_c, cands_c, phases = detail[choice]
     return JoinPrediction(
@@ -732,7 +749,7 @@ def predict_join(index, radius: int, *, min_id: int | None = None) -> JoinPredic
 def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: int | None = None,
           stats: JoinStats | None = None, algorithm: str | None = None,
           scheme: tuple[int, int] | None = None, memory_pairs: int = DEFAULT_MEMORY_PAIRS,
-          spill_dir=None) -> Iterator[PairChunk]:
+          spill_dir=None, prediction: JoinPrediction | None = None) -> Iterator[PairChunk]:
     """Every unordered pair of live items within ``radius``, once, as :class:`PairChunk` s
     ordered by (a, b) (module docstring: order, chunks, ``min_id``).
 
@@ -740,7 +757,8 @@ def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: i
     against modeled per phase) and can cancel it. ``algorithm`` (``"scan"``, ``"probe"``,
     ``"blocks"``) and ``scheme`` (``(b, k)`` of blocks) override the cost model's choice;
     ``memory_pairs`` bounds the pairs held in memory before a sorted run is spilled to
-    ``spill_dir`` (a temporary directory by default)."""
+    ``spill_dir`` (a temporary directory by default). ``prediction``: a :func:`predict_join`
+    of the same index, radius and ``min_id`` already made (else the join makes its own)."""
     bits, ids, words = live_items(index, min_id)
     R = _check_radius(radius, bits)
     chunk_size = _check_positive("chunk_size", chunk_size)
@@ -756,15 +774,22 @@ def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: i
         scheme = (b, k)
         algorithm = algorithm or "blocks"
     stats = stats if stats is not None else JoinStats()
+    if prediction is not None and (prediction.items, prediction.radius, prediction.bits) != (
+            len(ids), R, bits):
+        raise ValueError(f"prediction: made for {prediction.items} items, radius "
+                         f"{prediction.radius}, {prediction.bits} bits; this join has "
+                         f"{len(ids)} items, radius {R}, {bits} bits")
     return _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs,
-                  spill_dir)
+                  spill_dir, prediction)
 
 
-def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs, spill_dir):
+def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs, spill_dir,
+           prediction):
     stats.items, stats.radius = len(ids), R
     stats.started = time.monotonic()
     t0 = time.perf_counter()
-    prediction = _predict(bits, ids, words, R) if len(ids) > 1 else None
+    if prediction is None and len(ids) > 1:
+        prediction = _predict(bits, ids, words, R)
     if prediction is not None:
         stats.prediction = prediction
         stats._phase("plan", time.perf_counter() - t0)
@@ -778,8 +803,8 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
             if not options:
                 raise ValueError(f"no block scheme for radius {R} of {bits}-bit codes (needs "
                                  f"R + 1 <= {bits}); use algorithm 'scan' or 'probe'")
-            scheme = min(options, key=lambda s: (prediction.alternatives.get(f"blocks{s}")
-                                                 if prediction else s[1]))
+            alt = prediction.alternatives if prediction else {}
+            scheme = min(options, key=lambda s: (alt.get(f"blocks{s}", math.inf), s[1]))
     stats.algorithm = algorithm
     stats.params = {"b": scheme[0], "k": scheme[1], "tables": math.comb(*scheme)} \
         if algorithm == "blocks" else {}

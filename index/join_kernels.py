@@ -110,12 +110,14 @@ def _masked_hash(words, i, mask, W, tmp):
 
 
 @njit
-def hash_blocks(words, mask, top_bits, order, sorted_h, tmp_order, tmp_h, counts):
+def hash_blocks(words, mask, top_bits, order, sorted_h, sorted_w, tmp_order, tmp_h, tmp_w,
+                counts):
     """Radix sort (two LSD passes over the top ``top_bits`` bits, ``counts`` scratch of
     ``2^ceil(top_bits / 2) + 1``) of the items by the hash ``h`` of their masked code ``x &
-    mask`` (:func:`index.table.hash_words`): ``order`` gets the rows, ``sorted_h`` their hashes,
-    items with equal top bits adjacent (``tmp_*`` scratch of ``n``). Returns the longest run of
-    equal top bits (the most pairs one row of :func:`block_pairs` can emit, plus one)."""
+    mask`` (:func:`index.table.hash_words`): ``order`` gets the rows, ``sorted_h`` their hashes
+    and ``sorted_w`` their codes (so a run's candidates are verified from contiguous memory),
+    items with equal top bits adjacent (``tmp_*``: scratch of the same shapes). Returns the
+    longest run of equal top bits (the most pairs one row of :func:`block_pairs` emits, + 1)."""
     n, W = words.shape
     tmp = np.empty(W, dtype=np.uint64)
     lo_bits = top_bits // 2
@@ -123,40 +125,42 @@ def hash_blocks(words, mask, top_bits, order, sorted_h, tmp_order, tmp_h, counts
     lo_shift = np.uint64(64 - top_bits)
     hi_shift = np.uint64(64 - hi_bits)
     lo_mask = np.uint64((1 << lo_bits) - 1)
-    for i in range(n):
-        tmp_h[i] = _masked_hash(words, i, mask, W, tmp)
-    # pass 1: by the low half of the top bits, rows 0..n-1 into (order, sorted_h)
+    # pass 1: by the low half of the top bits, rows 0..n-1 into (tmp_order, tmp_h, tmp_w)
     counts[:] = 0
     for i in range(n):
-        counts[np.int64((tmp_h[i] >> lo_shift) & lo_mask) + 1] += 1
+        h = _masked_hash(words, i, mask, W, tmp)
+        sorted_h[i] = h  # scratch until pass 2
+        counts[np.int64((h >> lo_shift) & lo_mask) + 1] += 1
     for g in range(1, (1 << lo_bits) + 1):
         counts[g] += counts[g - 1]
     for i in range(n):
-        h = tmp_h[i]
+        h = sorted_h[i]
         g = np.int64((h >> lo_shift) & lo_mask)
         p = counts[g]
         counts[g] = p + 1
-        order[p] = i
-        sorted_h[p] = h
-    # pass 2: by the high half, stable, into (tmp_order, tmp_h), then copied back
+        tmp_order[p] = i
+        tmp_h[p] = h
+        for w in range(W):
+            tmp_w[p, w] = words[i, w]
+    # pass 2: by the high half, stable, into (order, sorted_h, sorted_w)
     counts[:] = 0
     for i in range(n):
-        counts[np.int64(sorted_h[i] >> hi_shift) + 1] += 1
+        counts[np.int64(tmp_h[i] >> hi_shift) + 1] += 1
     for g in range(1, (1 << hi_bits) + 1):
         counts[g] += counts[g - 1]
     for i in range(n):
-        h = sorted_h[i]
+        h = tmp_h[i]
         g = np.int64(h >> hi_shift)
         p = counts[g]
         counts[g] = p + 1
-        tmp_order[p] = order[i]
-        tmp_h[p] = h
+        order[p] = tmp_order[i]
+        sorted_h[p] = h
+        for w in range(W):
+            sorted_w[p, w] = tmp_w[i, w]
     longest = 0
     run = 0
     for i in range(n):
-        order[i] = tmp_order[i]
-        sorted_h[i] = tmp_h[i]
-        if i > 0 and (tmp_h[i] >> lo_shift) == (tmp_h[i - 1] >> lo_shift):
+        if i > 0 and (sorted_h[i] >> lo_shift) == (sorted_h[i - 1] >> lo_shift):
             run += 1
         else:
             run = 1
@@ -181,15 +185,14 @@ def first_agreeing_table(words, x, y, masks):
 
 
 @njit
-def block_pairs(words, ids, R, t, masks, top_bits, order, sorted_h, p, out_a, out_b, out_d,
-                tally):
-    """Pairs of block table ``t`` (after :func:`hash_blocks` with ``masks[t]``) from sorted row
-    ``p`` on. A candidate is a pair of rows with equal hashes (so in one run of equal top
-    bits); it is emitted when its distance is at most ``R`` and ``t`` is its
+def block_pairs(sorted_w, order, sorted_h, R, t, masks, top_bits, p, out_a, out_b, out_d, tally):
+    """Pairs of rows of block table ``t`` (after :func:`hash_blocks` with ``masks[t]``) from
+    sorted row ``p`` on. A candidate is a pair of rows with equal hashes (so in one run of equal
+    top bits); it is emitted when its distance is at most ``R`` and ``t`` is its
     :func:`first_agreeing_table`. Returns ``(p, n_out)``: ``p == n`` when done, else the
     buffers could not take row ``p``'s pairs (they must hold the longest run) and the table
     resumes there."""
-    n, W = words.shape
+    n, W = sorted_w.shape
     cap = len(out_a)
     n_out = 0
     shift = np.uint64(64 - top_bits)
@@ -202,15 +205,14 @@ def block_pairs(words, ids, R, t, masks, top_bits, order, sorted_h, p, out_a, ou
             end += 1
         if cap - n_out < end - p - 1:
             break
-        x = order[p]
         for q in range(p + 1, end):
             if sorted_h[q] != hp:
                 continue
             cand += 1
-            y = order[q]
-            d = _distance(words, x, y, W)
-            if d <= R and first_agreeing_table(words, x, y, masks) == t:
-                n_out = _emit(ids[x], ids[y], d, out_a, out_b, out_d, n_out)
+            d = _distance(sorted_w, p, q, W)
+            if d <= R and first_agreeing_table(sorted_w, p, q, masks) == t:
+                n_out = _emit(np.int64(order[p]), np.int64(order[q]), d, out_a, out_b, out_d,
+                              n_out)
         p += 1
     if p == n - 1:
         p = n
