@@ -592,23 +592,27 @@ def join_constants(W: int) -> dict:
                 best = min(best, time.perf_counter() - t0)
             out[label] = best / n
             if label == "table_item_small":
-                # rows: a table of 4 blocks of 64 bits (almost no candidates); candidates: a
-                # 16-bit key over 2^18 items (2^19 candidates), the rows' time taken off
-                for key, mk in (("row", block_masks(bits, 1, 1)), ("candidate", masks)):
-                    table.sort(mk[0])
-                    table.pairs(3, 0, mk, n - 2, buf, tally)
+                # rows: the whole code as the key (almost no candidates); candidates: 8-bit
+                # keys over 2^15 items (runs of 128, 2^21 candidates), the rows' time taken off
+                small = np.ascontiguousarray(words[:1 << 15])
+                for key, mk, tb in ((("row", block_masks(bits, 1, 1), table),
+                                     ("candidate", block_masks(bits, bits // 8, 1),
+                                      _BlockTable(small)))):
+                    tb.sort(mk[0])
+                    tb.pairs(3, 0, mk, tb.n - 2, _buffers(tb.n), tally)
+                    big = _buffers(tb.n)
                     best = math.inf
                     for _ in range(2):
                         tally[:] = 0
                         t0 = time.perf_counter()
                         p = 0
-                        while p < n:
-                            p, _ = table.pairs(3, 0, mk, p, buf, tally)
+                        while p < tb.n:
+                            p, _ = tb.pairs(3, 0, mk, p, big, tally)
                         best = min(best, time.perf_counter() - t0)
                     if key == "row":
-                        out["row"] = best / n
+                        out["row"] = best / tb.n
                     else:
-                        out["candidate"] = max(best - out["row"] * n, best / 10) / max(
+                        out["candidate"] = max(best - out["row"] * tb.n, best / 10) / max(
                             int(tally[T_CANDIDATES]), 1)
                 # scan: 4096 rows against each other
                 rows = np.arange(n, dtype=np.int64)

@@ -197,12 +197,14 @@ def block_pairs(sorted_w, order, sorted_h, R, t, masks, top_bits, p, out_a, out_
     n_out = 0
     shift = np.uint64(64 - top_bits)
     cand = 0
+    end = p  # end of the current run of equal top bits (found once per run)
     while p < n - 1:
         hp = sorted_h[p]
-        top = hp >> shift
-        end = p + 1
-        while end < n and (sorted_h[end] >> shift) == top:
-            end += 1
+        if end <= p:
+            top = hp >> shift
+            end = p + 1
+            while end < n and (sorted_h[end] >> shift) == top:
+                end += 1
         if cap - n_out < end - p - 1:
             break
         for q in range(p + 1, end):
