@@ -145,13 +145,15 @@ def faiss_candidates(bits, radius, n):
     return out
 
 
-def run_faiss(words, bits, radius, counts, budget_s, seed):
+def run_faiss(words, bits, radius, counts, budget_s, seed, only=None):
     faiss.omp_set_num_threads(1)
     n = len(words)
     packed = to_packed(words, bits)
     rng = np.random.default_rng(seed + 1)
     results = []
     for name, make in faiss_candidates(bits, radius, n):
+        if only and not any(o in name for o in only):
+            continue
         t = time.perf_counter()
         index = make()
         index.add(packed)
@@ -181,7 +183,7 @@ def run_faiss(words, bits, radius, counts, budget_s, seed):
     return results
 
 
-def cell(n, bits, radius, seed, budget_s):
+def cell(n, bits, radius, seed, budget_s, only=None):
     print(f"\n== {n:,} {bits}-bit codes, 5% planted near-duplicates, r = {radius}", flush=True)
     words = planted_codes(n, bits, radius, seed)
     ours, counts = run_ours(words, bits, radius)
@@ -195,7 +197,7 @@ def cell(n, bits, radius, seed, budget_s):
     for name, ph in ours["stats"]["phases"].items():
         print(f"      phase {name}: measured {ph['measured_s']:.2f} s, modeled "
               f"{ph['modeled_s'] if ph['modeled_s'] is None else round(ph['modeled_s'], 2)} s")
-    fa = run_faiss(words, bits, radius, counts, budget_s, seed)
+    fa = run_faiss(words, bits, radius, counts, budget_s, seed, only)
     exact = [r for r in fa if r["exact_on_sample"]]
     best = min(exact, key=lambda r: r["total_s_scaled"]) if exact else None
     if best:
@@ -215,16 +217,20 @@ def main():
     ap.add_argument("--faiss-budget", type=float, default=20.0,
                     help="seconds of FAISS searching per index (the sample grows until then)")
     ap.add_argument("--only", choices=["64", "256"], default=None)
+    ap.add_argument("--faiss-only", action="append", default=None, metavar="TEXT",
+                    help="only the FAISS indexes whose name contains TEXT (repeatable), e.g. "
+                         "the best of an earlier run")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
     args = ap.parse_args()
     print(f"bench_join: {platform.processor() or platform.machine()}, numpy {np.__version__}, "
           f"faiss {faiss.__version__}, one thread", flush=True)
     cells = []
     if args.only in (None, "64"):
-        cells.append(cell(args.n, 64, 3, args.seed, args.faiss_budget))
+        cells.append(cell(args.n, 64, 3, args.seed, args.faiss_budget, args.faiss_only))
     if args.only in (None, "256"):
         for r in (16, 31):
-            cells.append(cell(args.n256, 256, r, args.seed, args.faiss_budget))
+            cells.append(cell(args.n256, 256, r, args.seed, args.faiss_budget,
+                              args.faiss_only))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "cells": cells}, f, indent=1, default=str)

@@ -567,7 +567,8 @@ _CONSTANTS_LOCK = threading.Lock()
 
 def join_constants(W: int) -> dict:
     """Seconds per unit of work of each phase for ``W``-word codes, measured once per process
-    on this machine on uniform codes (each the best of a few runs): ``table_item`` (one item
+    on this machine on uniform codes (each the median of three runs: the join runs under the
+    machine's usual load, which a minimum would leave out): ``table_item`` (one item
     through one block table's radix sort, at 2^18 and 2^21 items: ``table_item_small`` /
     ``_large``), ``row`` (one sorted row of a table read for its candidates), ``candidate`` (one
     verified candidate), ``scan_pair`` (one pair compared by the scan), ``probe`` (one
@@ -585,23 +586,23 @@ def join_constants(W: int) -> dict:
             masks = block_masks(bits, bits // 16, 1)  # 16-bit blocks
             table = _BlockTable(words)
             _BlockTable(words[:64]).sort(masks[0])  # compiled
-            best = math.inf
+            times = []
             for _ in range(3):
                 t0 = time.perf_counter()
                 table.sort(masks[0])
-                best = min(best, time.perf_counter() - t0)
-            out[label] = best / n
+                times.append(time.perf_counter() - t0)
+            out[label] = float(np.median(times)) / n
             if label == "table_item_large":  # rows: whole codes as keys (almost no candidates)
                 mk = block_masks(bits, 1, 1)
                 table.sort(mk[0])
-                best = math.inf
-                for _ in range(2):
+                times = []
+                for _ in range(3):
                     t0 = time.perf_counter()
                     p = 0
                     while p < n:
                         p, _ = table.pairs(3, 0, mk, p, buf, tally)
-                    best = min(best, time.perf_counter() - t0)
-                out["row"] = best / n
+                    times.append(time.perf_counter() - t0)
+                out["row"] = float(np.median(times)) / n
                 spent, rows, cands = cand_run
                 out["candidate"] = max(spent - out["row"] * rows, spent / 10) / cands
             if label == "table_item_small":
@@ -611,14 +612,15 @@ def join_constants(W: int) -> dict:
                 tb.sort(mk[0])
                 big = _buffers(tb.n)
                 tb.pairs(3, 0, mk, tb.n - 2, big, tally)
-                best = math.inf
-                for _ in range(2):
+                times = []
+                for _ in range(3):
                     tally[:] = 0
                     t0 = time.perf_counter()
                     p = 0
                     while p < tb.n:
                         p, _ = tb.pairs(3, 0, mk, p, big, tally)
-                    best = min(best, time.perf_counter() - t0)
+                    times.append(time.perf_counter() - t0)
+                best = float(np.median(times))
                 # the rows' time is taken off once the row cost is known (at 2^21)
                 cand_run = (best, tb.n, max(int(tally[T_CANDIDATES]), 1))
                 # scan: 4096 rows against each other
