@@ -60,7 +60,7 @@ import numpy as np
 from bucketsearch.index.codes import as_words, check_bits, n_words, word_widths
 from bucketsearch.index.join_kernels import (T_CANDIDATES, T_PAIRS, T_PROBES, block_pairs,
                                              drop_later, hash_blocks, probe_pairs, roots,
-                                             scan_pairs, union_pairs)
+                                             rows_below, scan_pairs, union_pairs)
 from bucketsearch.index.table import BucketTable
 
 ALGORITHMS = ("scan", "probe", "blocks")
@@ -73,6 +73,8 @@ KERNEL_BUFFER = 1 << 18
 MAX_TABLES = 1024
 #: items of the sample the prediction reads
 PREDICT_SAMPLE = 4_096
+#: items per table of the hash-range sample that estimates a block join's pairs and candidates
+RANGE_SAMPLE = 1 << 16
 _EMPTY_I64 = np.empty(0, dtype=np.int64)
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
 
@@ -700,6 +702,31 @@ def _sample_candidates(sw, masks) -> int:
     return int(tally[T_CANDIDATES])
 
 
+def _range_estimate(words, R, masks) -> tuple[float, float]:
+    """``(pairs, candidates)`` of a block join estimated on a slice of each table's hash range:
+    per table the items whose hash is below ``f 2^64`` (``f = RANGE_SAMPLE / n``) are joined
+    as the table would (a pair counted by its first agreeing table). A pair of table ``t`` has
+    one hash there, so it is in the slice with probability ``f``: both counts divided by ``f``
+    are unbiased (this sees planted near-duplicates that a sample of items misses)."""
+    n = len(words)
+    f = min(1.0, RANGE_SAMPLE / max(n, 1))
+    threshold = np.uint64(min(int(f * 2.0**64), 2**64 - 1))
+    rows = np.empty(n, np.int64)
+    tally = np.zeros(3, np.int64)
+    for t in range(len(masks)):
+        k = rows_below(words, masks[t], threshold, rows) if f < 1.0 else n
+        sub = np.ascontiguousarray(words[rows[:k]]) if f < 1.0 else words
+        if len(sub) < 2:
+            continue
+        table = _BlockTable(sub)
+        longest = table.sort(masks[t])
+        buf = _buffers(max(longest, 1 << 12))
+        p = 0
+        while p < len(sub):
+            p, _ = table.pairs(R, t, masks, p, buf, tally)
+    return float(tally[T_PAIRS]) / f, float(tally[T_CANDIDATES]) / f
+
+
 def _predict(bits, ids, words, R) -> JoinPrediction:
     n = len(ids)
     W = n_words(bits)
@@ -743,6 +770,14 @@ def _predict(bits, ids, words, R) -> JoinPrediction:
                         {"tables": tables, "verify": verify, "emit": emit_s})
     choice = min(alt, key=lambda m: alt[m])
     params, probes_c, cands_c, phases = detail[choice]
+    if choice.startswith("blocks") and n > 1:  # the chosen scheme's counts, from its tables
+        scheme = (params["b"], params["k"])
+        pairs, cands_c = _range_estimate(words, R, masks_by_scheme[scheme])
+        emit_s = c["pair"] * pairs
+        T = params["tables"]
+        phases = {"tables": phases["tables"],
+                  "verify": c["candidate"] * cands_c + T * n * c["row"], "emit": emit_s}
+        alt[choice] = sum(phases.values())
     return JoinPrediction(
         algorithm="blocks" if choice.startswith("blocks") else choice, params=params, items=n,
         radius=R, bits=bits, probes=probes_c, candidates=cands_c, pairs=pairs,

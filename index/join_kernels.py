@@ -342,3 +342,18 @@ def drop_later(dropped, pa, pb):
     for i in range(len(pa)):
         if not dropped[pa[i]]:
             dropped[pb[i]] = True
+
+
+@njit
+def rows_below(words, mask, threshold, out):
+    """Rows whose masked-code hash (as :func:`hash_blocks`) is below ``threshold``, into
+    ``out``; returns their count. Two items that agree on ``mask`` have one hash, so a pair of
+    a table is in the selection with probability ``threshold / 2^64`` (the join's estimate)."""
+    n, W = words.shape
+    tmp = np.empty(W, dtype=np.uint64)
+    k = 0
+    for i in range(n):
+        if _masked_hash(words, i, mask, W, tmp) < threshold:
+            out[k] = i
+            k += 1
+    return k

@@ -289,6 +289,9 @@ def test_stats_report_measured_and_modeled_phases():
     stats = join.JoinStats()
     got = collect(index.pairs(3, stats=stats))
     assert stats.pairs == stats.pairs_emitted == len(got)
+    assert pred.pairs == len(got)  # under RANGE_SAMPLE / PREDICT_SAMPLE items: counted exactly
+    blocks = join.predict_join(index, 3, min_id=0)
+    assert blocks.items == 3000
     assert stats.algorithm == pred.algorithm
     for phase in ("tables", "verify", "emit") if stats.algorithm != "scan" else ("verify",):
         assert stats.phases[phase]["measured_s"] >= 0
