@@ -113,9 +113,12 @@ def run(args) -> int:
             for i in keep_first(index, stream):
                 f.write(f"{int(i)}\n")
     p = stats.prediction
+    plan_s = stats.phases.get("plan", {}).get("measured_s", 0.0)
     print(f"dedup: {len(words):,} codes, radius {radius}: {stats.pairs:,} pairs "
-          f"({stats.algorithm} {stats.params or ''}) in {stats.elapsed_s:.2f} s"
-          + (f", predicted {p.seconds:.2f} s" if p else "")
+          f"({stats.algorithm} {stats.params or ''}) in {stats.elapsed_s:.2f} s, of which the "
+          f"plan {plan_s:.2f} s (the cost model's calibration, once a process, included)"
+          + (f"; the join predicted {p.seconds:.2f} s, measured {stats.elapsed_s - plan_s:.2f} s"
+             if p else "")
           + (f"; {output} written to {args.out}" if args.out != "-" else ""), file=sys.stderr)
     return 0
 
