@@ -24,6 +24,7 @@ exact one is the baseline.
 
     python bench/bench_join.py                                # quick: 1M and 100k
     python bench/bench_join.py --n 10000000 --n256 1000000    # the acceptance figures
+    python bench/bench_join.py --only memory --n 1000000      # many pairs: spilled runs, RSS
 """
 from __future__ import annotations
 
@@ -209,6 +210,30 @@ def cell(n, bits, radius, seed, budget_s, only=None):
             "best_faiss": best, "speedup": best and best["total_s_scaled"] / ours["seconds"]}
 
 
+def memory_cell(n: int, seed: int):
+    """Many pairs: ``n`` codes drawn from n / 50 distinct ones (about 50 copies each), r = 2:
+    ~25 pairs an item, more than ``memory_pairs`` (8M), so sorted runs are spilled; the resident
+    memory's growth during the join."""
+    print(f"\n== many pairs: {n:,} 64-bit codes of {n // 50:,} distinct ones, r = 2", flush=True)
+    rng = np.random.default_rng(seed)
+    distinct = rng.integers(0, 2**63, size=(n // 50, 1), dtype=np.uint64)
+    index = LinearScan(64)
+    index._set_items(distinct[rng.integers(0, n // 50, n)], np.arange(n, dtype=np.int64))
+    join.join_constants(1)
+    stats = join.JoinStats()
+    total = 0
+    with PeakRss() as mem:
+        t = time.perf_counter()
+        for ch in join.pairs(index, 2, stats=stats):
+            total += len(ch)
+        seconds = time.perf_counter() - t
+    print(f"    {total:,} pairs in {seconds:.1f} s ({stats.algorithm} {stats.params}), "
+          f"{stats.spilled_runs} sorted runs spilled, RSS growth {mem.growth / 2**20:.0f} MB "
+          f"(pairs alone, packed: {total * 8 / 2**20:.0f} MB)", flush=True)
+    return {"n": n, "pairs": total, "seconds": seconds, "spilled_runs": stats.spilled_runs,
+            "rss_growth_mb": mem.growth / 2**20}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="64-bit items (r = 3)")
@@ -216,7 +241,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--faiss-budget", type=float, default=20.0,
                     help="seconds of FAISS searching per index (the sample grows until then)")
-    ap.add_argument("--only", choices=["64", "256"], default=None)
+    ap.add_argument("--only", choices=["64", "256", "memory"], default=None)
     ap.add_argument("--faiss-only", action="append", default=None, metavar="TEXT",
                     help="only the FAISS indexes whose name contains TEXT (repeatable), e.g. "
                          "the best of an earlier run")
@@ -231,6 +256,8 @@ def main():
         for r in (16, 31):
             cells.append(cell(args.n256, 256, r, args.seed, args.faiss_budget,
                               args.faiss_only))
+    if args.only == "memory":
+        cells.append(memory_cell(args.n, args.seed))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "cells": cells}, f, indent=1, default=str)

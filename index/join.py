@@ -279,8 +279,8 @@ class _SortedRuns:
     uint64 key ``a << (p + e) | b << e | d`` (``p`` bits a row, ``e`` bits a distance; with
     rows past 2^27 the key is ``a << 32 | b`` and ``d`` travels beside it), so one ``np.sort``
     orders them. Kept in memory up to ``memory_pairs``, then each batch sorted and spilled as a
-    run (``.npy`` in ``spill_dir``, a temporary directory by default), the runs merged at the
-    end."""
+    run (raw files in ``spill_dir``, a temporary directory by default), the runs merged at the
+    end by blocks read from the files."""
 
     def __init__(self, n: int, R: int, memory_pairs: int, spill_dir=None,
                  stats: JoinStats | None = None):
@@ -294,7 +294,7 @@ class _SortedRuns:
         self.stats = stats
         self.parts: list[tuple[np.ndarray, np.ndarray | None]] = []
         self.held = 0
-        self.runs: list[Path] = []
+        self.runs: list[tuple[Path, int]] = []
         self._tmp: Path | None = None
 
     def add(self, a, b, d) -> None:
@@ -335,10 +335,10 @@ class _SortedRuns:
         key, d = self._sorted_parts()
         run = self._tmp / f"run-{len(self.runs):05d}"
         run.mkdir()
-        np.save(run / "key.npy", key)
+        key.tofile(run / "key.u64")
         if d is not None:
-            np.save(run / "d.npy", d)
-        self.runs.append(run)
+            d.tofile(run / "d.i32")
+        self.runs.append((run, len(key)))
         if self.stats is not None:
             self.stats.spilled_runs = len(self.runs)
 
@@ -359,27 +359,25 @@ class _SortedRuns:
     def _merge(self, block: int):
         """Merge of the runs by blocks: from every run its next ``block`` keys; the keys up to
         the smallest last key of a run that has more are final, sorted and handed out."""
-        runs = [(np.load(r / "key.npy", mmap_mode="r"),
-                 None if self.packed else np.load(r / "d.npy", mmap_mode="r"))
-                for r in self.runs]
+        runs = self.runs
         pos = [0] * len(runs)
+        heads = [self._read(i, 0, block) for i in range(len(runs))]
         while True:
             frontier = None
-            for i, (key, _) in enumerate(runs):
-                hi = pos[i] + block
-                if hi < len(key):
-                    last = int(key[hi - 1])
+            for i, (run, size) in enumerate(runs):
+                if pos[i] + block < size:
+                    last = int(heads[i][0][-1])
                     frontier = last if frontier is None else min(frontier, last)
             keys, ds = [], []
-            for i, (key, d) in enumerate(runs):
-                lo, hi = pos[i], min(pos[i] + block, len(key))
-                part = np.asarray(key[lo:hi])
+            for i in range(len(runs)):
+                part, dpart = heads[i]
                 cut = len(part) if frontier is None else \
                     int(np.searchsorted(part, np.uint64(frontier), side="right"))
                 keys.append(part[:cut])
-                if d is not None:
-                    ds.append(np.asarray(d[lo:lo + cut]))
-                pos[i] = lo + cut
+                if dpart is not None:
+                    ds.append(dpart[:cut])
+                pos[i] += cut
+                heads[i] = self._read(i, pos[i], block)
             key = np.concatenate(keys)
             if not len(key):
                 return
@@ -389,6 +387,16 @@ class _SortedRuns:
             else:
                 order = np.argsort(key, kind="stable")
                 yield self._unpack(key[order], np.concatenate(ds)[order])
+
+    def _read(self, i: int, start: int, block: int):
+        """Run ``i``'s keys (and distances) ``start .. start + block``, read from its files
+        (plain reads, not a memory map: mapped pages would count in the resident size)."""
+        run, size = self.runs[i]
+        count = max(min(block, size - start), 0)
+        key = np.fromfile(run / "key.u64", dtype=np.uint64, count=count, offset=8 * start)
+        d = None if self.packed else np.fromfile(run / "d.i32", dtype=np.int32, count=count,
+                                                 offset=4 * start)
+        return key, d
 
     def close(self) -> None:
         self.parts = []
