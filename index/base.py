@@ -591,6 +591,12 @@ class IndexBase:
         st.codes_compared = codes
         return st
 
+    def pairs(self, radius: int, chunk_size: int = 65_536, min_id: int | None = None, **options):
+        """Every unordered pair of items within ``radius``, once, in chunks ordered by (a, b):
+        :func:`index.join.pairs` over this index (``options``: its keyword arguments)."""
+        from bucketsearch.index.join import pairs
+        return pairs(self, radius, chunk_size=chunk_size, min_id=min_id, **options)
+
     def save(self, path) -> None:
         """Write a checksummed snapshot directory (see :mod:`index.storage.store`): the manifest's
         kind is :attr:`kind`, its meta and arrays those of :meth:`snapshot`."""

@@ -16,14 +16,14 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from bucketsearch import __version__
-from bucketsearch.index.codes import MAX_BITS, as_words, n_bytes, n_words, pack_hex, to_packed
+from bucketsearch.index.codefiles import read_codes_file
+from bucketsearch.index.codes import MAX_BITS, to_packed
 from bucketsearch.loadtest import dataset
 from bucketsearch.loadtest.export import per_second, write_csv, write_hdr_log
 from bucketsearch.loadtest.report import (SLO_EXIT, SLO_HELP, build_report, evaluate_slos,
@@ -42,10 +42,6 @@ SYNTHETIC = "synthetic"
 API_KEY_ENV = "BUCKETSEARCH_API_KEY"
 #: the server's limit on one sample (app/routers/sample.py)
 MAX_SAMPLE = 10_000
-#: what ``--codes`` accepts, for error messages
-CODE_FORMATS = ("a .npy of bits (n, {bits}) in {{0,1}} or {{-1,+1}} (int or bool), packed rows "
-                "(n, {nbytes}) uint8, or words (n, {nwords}) uint64; or a text file of hex "
-                "codes ({ndigits} digits), one per line")
 
 EXAMPLES = """examples:
   # open loop, 300 radius-1 single queries per second for 10 s, JSON report and plot
@@ -266,56 +262,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bucketsearch {__version__}")
     add_arguments(parser)
     return parser
-
-
-def _allowed(bits: int) -> str:
-    return CODE_FORMATS.format(bits=bits, nbytes=n_bytes(bits), nwords=n_words(bits),
-                               ndigits=2 * n_bytes(bits))
-
-
-def read_codes_file(path: str, bits: int) -> np.ndarray:
-    """Words ``(n, ceil(bits/64))`` of the codes in ``path``, any format an insert takes (see
-    ``CODE_FORMATS``); ``ValueError`` naming the file, what it holds and what is allowed."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-    except OSError as exc:
-        raise ValueError(f"--codes {path!r}: cannot read the file ({exc.strerror or exc})") \
-            from None
-    if head == b"\x93NUMPY":
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--codes {path!r}: cannot read the .npy file ({exc})") from None
-        what = f"shape {arr.shape} dtype {arr.dtype}"
-        if arr.ndim != 2 or not len(arr):
-            raise ValueError(f"--codes {path!r}: {what} is not a non-empty 2-D array of "
-                             f"{bits}-bit codes; allowed: {_allowed(bits)}")
-        if arr.dtype == np.uint8 and arr.shape[1] == n_bytes(bits) != bits and bits % 8:
-            # packed rows: clear the padding bits after bit bits-1 (the server rejects them)
-            arr = arr.copy()
-            arr[:, -1] &= np.uint8((0xFF << (8 - bits % 8)) & 0xFF)
-        try:
-            return as_words(arr, bits)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"--codes {path!r}: {what}: {exc}; allowed: {_allowed(bits)}") \
-                from None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"--codes {path!r}: neither a .npy file nor a UTF-8 text file of hex "
-                         f"codes; allowed: {_allowed(bits)}") from None
-    lines = [(no, line.strip()) for no, line in enumerate(text.splitlines(), start=1)
-             if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
-        raise ValueError(f"--codes {path!r}: a text file without any hex code; allowed: "
-                         f"{_allowed(bits)}")
-    try:
-        return pack_hex([code for _, code in lines], bits)
-    except ValueError as exc:
-        msg = re.sub(r"^code (\d+)", lambda m: f"line {lines[int(m.group(1))][0]}", str(exc))
-        raise ValueError(f"--codes {path!r} (text, hex codes of a {bits}-bit index): {msg}; "
-                         f"allowed: {_allowed(bits)}") from None
 
 
 def load_codes(path: str | None, bits: int, data_n: int | None = None,

@@ -69,3 +69,80 @@ def sort_codes_ids(codes: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.n
     :func:`index.radix.sort_codes_ids` (``np.lexsort``, the last key primary)."""
     order = np.lexsort((ids, codes))
     return codes[order], ids[order]
+
+
+# --- self-join (index/join.py, index/join_kernels.py) ---------------------------------------
+def join_pairs(ids, words, bits, radius):
+    """Every pair ``(a, b, d)`` of items with ``a < b`` (ids) and ``d <= radius``, sorted by
+    (a, b): all ``n^2`` distances from unpacked bits."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) == 0:
+        return []
+    dist = hamming_matrix(words, words, bits)
+    out = []
+    for i, j in zip(*np.nonzero(dist <= radius)):
+        if ids[i] < ids[j]:
+            out.append((int(ids[i]), int(ids[j]), int(dist[i, j])))
+    return sorted(out)
+
+
+def block_table_pairs(words, bits, radius, masks, t):
+    """Pairs of rows ``(x, y, d)``, ``x < y``, that block table ``t`` emits: within ``radius``,
+    equal on ``masks[t]``, and on no earlier table's mask (bits compared one by one)."""
+    b = unpack_words(words, bits).astype(bool)
+    m = unpack_words(np.asarray(masks, dtype=np.uint64), bits).astype(bool)
+    out = []
+    for x in range(len(b)):
+        for y in range(x + 1, len(b)):
+            diff = b[x] != b[y]
+            agree = [not (diff & m[s]).any() for s in range(len(m))]
+            if int(diff.sum()) <= radius and agree[t] and not any(agree[:t]):
+                out.append((x, y, int(diff.sum())))
+    return sorted(out)
+
+
+def table_hash(words, mask):
+    """:func:`index.table.hash_words` of ``words & mask`` in numpy's wrapping uint64."""
+    C = np.uint64(0x9E3779B97F4A7C15)
+    masked = np.asarray(words, dtype=np.uint64) & np.asarray(mask, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = masked[:, 0] * C
+        for w in range(1, masked.shape[1]):
+            h = (h ^ (h >> np.uint64(31)) ^ masked[:, w]) * C
+    return h
+
+
+def components(ids, pairs):
+    """Label = smallest id of the connected component (graph search over a dict)."""
+    ids = sorted(int(i) for i in ids)
+    adj = {i: [] for i in ids}
+    for a, b, *_ in pairs:
+        adj[int(a)].append(int(b))
+        adj[int(b)].append(int(a))
+    label = {}
+    for i in ids:
+        if i in label:
+            continue
+        stack, comp = [i], []
+        label[i] = i
+        while stack:
+            x = stack.pop()
+            comp.append(x)
+            for y in adj[x]:
+                if y not in label:
+                    label[y] = i
+                    stack.append(y)
+    return np.array(ids, dtype=np.int64), np.array([label[i] for i in ids], dtype=np.int64)
+
+
+def keep_first(ids, pairs):
+    """The greedy rule by its definition: items in id order; an item is kept unless a kept
+    item with a lower id lies within the radius (is paired with it)."""
+    near = {}
+    for a, b, *_ in pairs:
+        near.setdefault(int(b), set()).add(int(a))
+    kept = []
+    for i in sorted(int(x) for x in ids):
+        if not near.get(i, set()) & set(kept):
+            kept.append(i)
+    return np.array(kept, dtype=np.int64)

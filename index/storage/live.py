@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.index.codes import as_words, check_bits, n_words
+from bucketsearch.index import join
 from bucketsearch.index.factory import check_served_mode, load_index, make_index
 from bucketsearch.index.kernels import merge_rows, rows_done
 from bucketsearch.index.probe import ResultLimitError
@@ -217,6 +218,12 @@ class LiveState:
         mark, a restore starts from the largest id it holds)."""
         top = int(self.main_ids_sorted[-1]) if len(self.main_ids_sorted) else -1
         return max(top, self.id_high) + 1
+
+    def pairs(self, radius: int, chunk_size: int = 65_536, min_id: int | None = None, **options):
+        """Every unordered pair of live items (main minus tombstones, plus the delta) within
+        ``radius``, once, in chunks ordered by (a, b): :func:`index.join.pairs` over this
+        state (``options``: its keyword arguments)."""
+        return join.pairs(self, radius, chunk_size=chunk_size, min_id=min_id, **options)
 
     def live_mask(self, ids: np.ndarray) -> np.ndarray:
         """Which of ``ids`` are currently live (present and not deleted)."""
