@@ -9,7 +9,7 @@ import pytest
 
 import naive
 from bucketsearch.cli import main
-from bucketsearch.index.codes import to_hex, to_packed, unpack_words
+from bucketsearch.index.codes import MAX_BITS, to_hex, to_packed, unpack_words
 
 BITS = 64
 
@@ -87,8 +87,8 @@ def test_pairs_to_stdout(tmp_path, capsys, words):
 
 
 @pytest.mark.parametrize("argv, flag", [
-    (["--bits", "300", "--radius", "3"], "--bits must be an int in [1, 256], got '300'"),
-    (["--bits", "x", "--radius", "3"], "--bits must be an int in [1, 256], got 'x'"),
+    (["--bits", "2000", "--radius", "3"], f"--bits must be an int in [1, {MAX_BITS}], got '2000'"),
+    (["--bits", "x", "--radius", "3"], f"--bits must be an int in [1, {MAX_BITS}], got 'x'"),
     (["--bits", "64", "--radius", "65"], "--radius must be an int in [0, 64], got '65'"),
     (["--bits", "64", "--radius", "3", "--output", "groups"],
      "--output must be one of pairs, clusters, keep, got 'groups'"),
