@@ -1,0 +1,56 @@
+"""The exact answers of one :class:`~index.storage.live.LiveState`, by a linear scan in plain
+numpy: the oracle of the exactness audit (app/audit.py).
+
+Nothing here goes through an engine, a table or a compiled kernel: the live items are the main
+index's stored ``(ids, words)`` minus the tombstoned ids, plus the delta's, and the distance of
+query ``q`` to item ``i`` is ``sum_w popcount(q[w] XOR x_i[w])`` (``numpy.bitwise_count``).
+Answers are ordered by (distance, id), the order every engine promises:
+
+* range: every live item with ``d <= R``;
+* k-NN: the first k of that order (within ``max_distance`` when given, else every item).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def live_arrays(state) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, words)`` of the live items of ``state`` (main minus tombstones, then delta)."""
+    ids, words = [], []
+    main = state.main
+    if main.ntotal:
+        mi = np.asarray(main.ids, dtype=np.int64)
+        mw = np.asarray(main.words)
+        if len(state.tombstones):
+            keep = ~np.isin(mi, state.tombstones)
+            mi, mw = mi[keep], mw[keep]
+        ids.append(mi)
+        words.append(mw)
+    if len(state.delta_ids):
+        ids.append(np.asarray(state.delta_ids, dtype=np.int64))
+        words.append(np.asarray(state.delta_words))
+    if not ids:
+        return np.empty(0, np.int64), np.empty((0, max(1, (state.bits + 63) // 64)), np.uint64)
+    return np.concatenate(ids), np.concatenate(words)
+
+
+def distances(words: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Hamming distance of one query (a row of uint64 words) to every row of ``words``."""
+    return np.bitwise_count(words ^ query[None, :]).sum(axis=1, dtype=np.int64)
+
+
+def exact_answer(ids: np.ndarray, words: np.ndarray, query: np.ndarray, *,
+                 max_distance: int | None = None, k: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, distances)`` of one query over the live items ``(ids, words)``, ordered by
+    (distance, id): the range answer (``k`` None) or the k-NN answer (module docstring)."""
+    d = distances(words, query)
+    if max_distance is not None:
+        sel = np.flatnonzero(d <= max_distance)
+        d, found = d[sel], ids[sel]
+    else:
+        found = ids
+    order = np.lexsort((found, d))
+    if k is not None:
+        order = order[:k]
+    return found[order], d[order].astype(np.int32)
