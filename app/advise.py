@@ -2,7 +2,8 @@
 an index's live state (read once), then :func:`index.evaluation.advisor.advise`.
 app/routers/advise.py keeps only the HTTP part.
 
-Queries: ``query_ids`` (items of the index), ``codes`` (hex), or else ``sample`` items drawn
+Queries: ``query_ids`` (items of the index), ``codes`` (hex), or else ``sample`` items
+(default ``min(200, advise_max_queries)``) drawn
 without replacement by ``numpy.random.default_rng(seed)`` from the live ids in id order (all
 of them when the index holds fewer). With ``holdout`` (default) item queries are left out of
 the database. Relevance: labels (``db_ids`` + ``db_labels``; an item query's label is its own,
@@ -38,7 +39,11 @@ def _limits(entry, body, settings, nq: int) -> int:
     return radius_max
 
 
-def _queries(entry, body, ids: np.ndarray, words: np.ndarray):
+#: queries of a sample when the request names no number
+DEFAULT_SAMPLE = 200
+
+
+def _queries(entry, body, ids: np.ndarray, words: np.ndarray, sample: int):
     """``(xq, query ids or None, rows of ids used as queries)``."""
     given = [f for f in ("query_ids", "codes") if getattr(body, f) is not None]
     if len(given) > 1:
@@ -62,7 +67,7 @@ def _queries(entry, body, ids: np.ndarray, words: np.ndarray):
         if not len(ids):
             raise ValueError(f"sample: index {entry.name!r} has no items to sample queries from")
         rng = np.random.default_rng(body.seed)
-        rows = np.sort(rng.choice(len(ids), size=min(body.sample, len(ids)), replace=False))
+        rows = np.sort(rng.choice(len(ids), size=min(sample, len(ids)), replace=False))
         qids = ids[rows]
     return words[rows], qids, rows
 
@@ -136,12 +141,14 @@ def advise_entry(entry, settings, body) -> dict:
     from bucketsearch.index.metrics import Conventions
 
     state = entry.live.state
+    sample = body.sample if body.sample is not None \
+        else min(DEFAULT_SAMPLE, settings.advise_max_queries)
     n_q = len(body.codes) if body.codes is not None else len(body.query_ids) \
-        if body.query_ids is not None else min(body.sample, state.ntotal)
+        if body.query_ids is not None else min(sample, state.ntotal)
     radius_max = _limits(entry, body, settings, n_q)
     check_pairs(n_q, state.ntotal, settings)  # before gathering the items
     ids, words = live_items(state)
-    xq, qids, rows = _queries(entry, body, ids, words)
+    xq, qids, rows = _queries(entry, body, ids, words, sample)
     if body.holdout and len(rows):
         keep = np.ones(len(ids), bool)
         keep[rows] = False

@@ -296,8 +296,9 @@ class AdviseIn(Strict):
     index's own items, ``query_ids``, or ``codes``), the radii, optional relevance, the rule's
     parameters."""
 
-    sample: int = Field(200, ge=1, le=1_000_000, description="queries drawn at random (seeded) "
-                        "from the index's own items, when neither query_ids nor codes is given")
+    sample: int | None = Field(None, ge=1, le=1_000_000, description="queries drawn at random "
+                               "(seeded) from the index's own items, when neither query_ids "
+                               "nor codes is given (default min(200, advise_max_queries))")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the sample and the bootstrap")
     query_ids: list[ItemId] | None = Field(None, description="these items of the index as the "
                                            "queries (instead of a random sample)")
