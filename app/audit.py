@@ -200,7 +200,7 @@ class ExactnessAudit:
         """Wait until every queued sample is checked (tests, the bench); False on timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.queue.unfinished_tasks == 0 or self._done():
+            if self._done():
                 return True
             time.sleep(0.01)
         return False
