@@ -7,7 +7,8 @@ query ``q`` to item ``i`` is ``sum_w popcount(q[w] XOR x_i[w])`` (``numpy.bitwis
 Answers are ordered by (distance, id), the order every engine promises:
 
 * range: every live item with ``d <= R``;
-* k-NN: the first k of that order (within ``max_distance`` when given, else every item).
+* k-NN: the first k of that order (within ``max_distance`` when given, else every item); only
+  the items within the k-th smallest distance (read from the distance histogram) are sorted.
 """
 from __future__ import annotations
 
@@ -35,8 +36,14 @@ def live_arrays(state) -> tuple[np.ndarray, np.ndarray]:
 
 
 def distances(words: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Hamming distance of one query (a row of uint64 words) to every row of ``words``."""
-    return np.bitwise_count(words ^ query[None, :]).sum(axis=1, dtype=np.int64)
+    """Hamming distance of one query (a row of uint64 words) to every row of ``words``, one
+    word column at a time (uint8 up to 3 words, at most 192; uint16 beyond)."""
+    d = np.bitwise_count(words[:, 0] ^ query[0])
+    if words.shape[1] > 3:
+        d = d.astype(np.uint16)
+    for w in range(1, words.shape[1]):
+        d += np.bitwise_count(words[:, w] ^ query[w])
+    return d
 
 
 def exact_answer(ids: np.ndarray, words: np.ndarray, query: np.ndarray, *,
@@ -45,8 +52,14 @@ def exact_answer(ids: np.ndarray, words: np.ndarray, query: np.ndarray, *,
     """``(ids, distances)`` of one query over the live items ``(ids, words)``, ordered by
     (distance, id): the range answer (``k`` None) or the k-NN answer (module docstring)."""
     d = distances(words, query)
-    if max_distance is not None:
-        sel = np.flatnonzero(d <= max_distance)
+    cut = max_distance
+    if k is not None and len(d) > k:
+        # the k-th smallest distance from the distance histogram: only items at most that far
+        # can be among the k nearest (ties at it are settled by id below)
+        kth = int(np.searchsorted(np.cumsum(np.bincount(d, minlength=1)), k))
+        cut = kth if cut is None else min(cut, kth)
+    if cut is not None:
+        sel = np.flatnonzero(d <= cut)
         d, found = d[sel], ids[sel]
     else:
         found = ids
