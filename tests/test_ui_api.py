@@ -39,7 +39,7 @@ def test_page_and_files_load_without_a_key_and_the_api_does_not(tmp_path):
         assert "<script>" not in page.text and " style=" not in page.text  # nothing inline
         assert "{{" not in page.text
         urls = re.findall(r'(?:src|href)="(/ui/[^"]+)"', page.text)
-        assert len(urls) == 8
+        assert len(urls) == 9
         for url in urls:
             r = c.get(url)
             assert r.status_code == 200, url
