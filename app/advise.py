@@ -109,8 +109,8 @@ def _relevance(body, nq: int, qids, db_ids: np.ndarray):
     labeled, labels = labeled[order], labels[order]
 
     def label_of(wanted: np.ndarray, field: str, required: bool) -> np.ndarray:
-        pos = np.minimum(np.searchsorted(labeled, wanted), len(labeled) - 1)
-        hit = labeled[pos] == wanted if len(labeled) else np.zeros(len(wanted), bool)
+        pos = np.minimum(np.searchsorted(labeled, wanted), max(len(labeled) - 1, 0))
+        hit = (labeled[pos] == wanted) if len(labeled) else np.zeros(len(wanted), bool)
         if required and not hit.all():
             raise ValueError(f"{field}: query item {int(wanted[~hit][0])} has no label in "
                              "db_ids / db_labels")
@@ -156,7 +156,8 @@ def advise_entry(entry, settings, body) -> dict:
     else:
         db_ids, db_words = ids, words
     if not len(db_ids):
-        raise ValueError("holdout: the database is empty once the queries are held out")
+        raise ValueError("holdout: the database is empty (the index holds no item but the "
+                         "held-out queries); send holdout=false or add items")
     relevance = _relevance(body, len(xq), qids, db_ids)
     t0 = entry.cost.t0()[0]
     result = advise(state, np.ascontiguousarray(xq), db_words, relevance,

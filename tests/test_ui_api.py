@@ -223,6 +223,6 @@ def test_the_wheel_ships_the_dashboard_files(tmp_path):
                     "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     names = set(zipfile.ZipFile(next(tmp_path.glob("bucketsearch-*.whl"))).namelist())
     shipped = {f"bucketsearch/app/ui/static/{p.name}" for p in STATIC_DIR.iterdir()}
-    assert len(shipped) == 6 and shipped <= names
+    assert len(shipped) == 7 and shipped <= names
     assert {"bucketsearch/app/ui/assets.py", "bucketsearch/app/routers/ui.py",
             "bucketsearch/app/routers/dashboard.py"} <= names
