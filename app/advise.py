@@ -3,9 +3,9 @@ an index's live state (read once), then :func:`index.evaluation.advisor.advise`.
 app/routers/advise.py keeps only the HTTP part.
 
 Queries: ``query_ids`` (items of the index), ``codes`` (hex), or else ``sample`` items
-(default ``min(200, advise_max_queries)``) drawn
-without replacement by ``numpy.random.default_rng(seed)`` from the live ids in id order (all
-of them when the index holds fewer). With ``holdout`` (default) item queries are left out of
+(default ``min(200, advise_max_queries)``; with ``holdout`` at most half of the items, so the
+database keeps the rest) drawn without replacement by ``numpy.random.default_rng(seed)`` from
+the live ids in id order. With ``holdout`` (default) item queries are left out of
 the database. Relevance: labels (``db_ids`` + ``db_labels``; an item query's label is its own,
 a code query's is ``query_labels``; unlabeled items are relevant to no query) or ``pairs``
 ``[query position, item id, duplicate]``.
@@ -43,6 +43,12 @@ def _limits(entry, body, settings, nq: int) -> int:
 DEFAULT_SAMPLE = 200
 
 
+def sample_size(sample: int, n_items: int, holdout: bool) -> int:
+    """Items a drawn sample takes: ``sample``, at most every item, and with ``holdout`` at most
+    half of them (at least one), so the database keeps the rest."""
+    return min(sample, max(n_items // 2, 1) if holdout else n_items)
+
+
 def _queries(entry, body, ids: np.ndarray, words: np.ndarray, sample: int):
     """``(xq, query ids or None, rows of ids used as queries)``."""
     given = [f for f in ("query_ids", "codes") if getattr(body, f) is not None]
@@ -67,7 +73,8 @@ def _queries(entry, body, ids: np.ndarray, words: np.ndarray, sample: int):
         if not len(ids):
             raise ValueError(f"sample: index {entry.name!r} has no items to sample queries from")
         rng = np.random.default_rng(body.seed)
-        rows = np.sort(rng.choice(len(ids), size=min(sample, len(ids)), replace=False))
+        rows = np.sort(rng.choice(len(ids), size=sample_size(sample, len(ids), body.holdout),
+                                  replace=False))
         qids = ids[rows]
     return words[rows], qids, rows
 
@@ -144,7 +151,7 @@ def advise_entry(entry, settings, body) -> dict:
     sample = body.sample if body.sample is not None \
         else min(DEFAULT_SAMPLE, settings.advise_max_queries)
     n_q = len(body.codes) if body.codes is not None else len(body.query_ids) \
-        if body.query_ids is not None else min(sample, state.ntotal)
+        if body.query_ids is not None else sample_size(sample, state.ntotal, body.holdout)
     radius_max = _limits(entry, body, settings, n_q)
     check_pairs(n_q, state.ntotal, settings)  # before gathering the items
     ids, words = live_items(state)

@@ -10,7 +10,8 @@ throughput of a served index with the audit off and at its default rate, in the 
 2. **Throughput** (HTTP): two uvicorn servers of this tree with the same index (N uniform
    random 64-bit codes, one merge), ``BUCKETSEARCH_AUDIT_RATE=0`` (off) and the default
    settings (audit on, rate 0.01, 4 queries a sample, CPU share 0.02); ``--threads`` keep-alive
-   ``http.client`` connections send one-query JSON searches (radius 1, k = 10 every third) for
+   ``http.client`` connections send one-query JSON searches (near-duplicate lookups: radius 1, and the 10 nearest within
+   radius 2 every third) for
    ``--seconds`` per round, the rounds in ABBA order so drift hits both alike; the ratio of
    completed searches per second (on / off) per pair of rounds and its median. The audit's own
    report (sampled, checked, dropped, mismatched, CPU seconds) is printed after.
@@ -174,7 +175,7 @@ def main() -> int:
     bodies = []
     for i, p in enumerate(picks):
         code = to_hex(words[p:p + 1] ^ np.uint64(1 << int(rng.integers(0, 63))), BITS)
-        query = {"max_distance": 1} if i % 3 else {"k": 10}
+        query = {"max_distance": 1} if i % 3 else {"k": 10, "max_distance": 2}
         bodies.append(json.dumps({"codes": code, **query}).encode())
     scratch = Path(tempfile.mkdtemp(prefix="bench-audit-"))
     servers = {}
