@@ -175,7 +175,8 @@ def advise_entry(entry, settings, body) -> dict:
                     budget_ns=None if body.budget_us is None else body.budget_us * 1e3,
                     resamples=body.resamples, seed=body.seed,
                     max_request_probes=settings.max_request_probes,
-                    max_results=settings.max_results, repeats=body.repeats)
+                    max_results=settings.max_results, repeats=body.repeats,
+                    measure_queries=body.measure_queries)
     result["index"] = entry.name
     result["t0_ns"] = t0
     result["holdout"] = bool(body.holdout and len(rows))

@@ -17,9 +17,12 @@ counted, the request never waits.
 The checker (one daemon thread) computes each sampled query's exact answer and compares ids and
 distances in order; a difference is a mismatch: counted, logged at error level, and kept with
 its query (the last ``audit_keep``) for ``GET /v1/audit``. Its CPU share is bounded: after a
-check that used ``c`` seconds of its thread's CPU time it sleeps ``c (1 / s - 1)``
-(``s = audit_cpu_share``), so over any run of checks it uses at most a share s of one core;
-samples arriving meanwhile wait in the queue or are dropped.
+check that used ``c`` seconds of its thread's CPU time it waits until the process's other
+threads have used ``c (1 / s - 1)`` CPU seconds and as many wall seconds have passed
+(``s = audit_cpu_share``): the checker's CPU is at most a share s of the CPU spent serving
+(what a CPU-bound server loses in throughput) and of one core; on an idle server it waits at
+most ``IDLE_SLOWDOWN`` times the wall part. Samples arriving meanwhile wait in the queue or are
+dropped.
 
 Sharded indexes are not audited (their state lives in the shard actors).
 """
@@ -41,6 +44,9 @@ from bucketsearch.index.codes import to_hex
 from bucketsearch.index.storage.exact import exact_answer, live_arrays
 
 log = logging.getLogger("bucketsearch.audit")
+#: an idle server's checker waits this many times longer than a busy one's (see _throttle)
+IDLE_SLOWDOWN = 10.0
+THROTTLE_POLL_S = 0.01
 #: ids of one answer kept in a mismatch report (the rest are counted)
 REPORT_IDS = 50
 _NEVER = float("inf")
@@ -148,8 +154,25 @@ class ExactnessAudit:
             used = time.thread_time() - c0
             with self._lock:
                 self.busy_s += used
-            if self.cpu_share < 1.0 and used > 0:
-                self._stop.wait(used * (1.0 / self.cpu_share - 1.0))
+            self._throttle(used)
+
+    def _throttle(self, used: float) -> None:
+        """After a check that used ``used`` CPU seconds, wait until the rest of the process
+        has used ``need = used (1 / s - 1)`` CPU seconds and ``need`` wall seconds have passed
+        (so the checker takes at most a share s of the serving CPU, and of one core), or until
+        ``IDLE_SLOWDOWN x need`` wall seconds have passed (an idle server still gets its
+        samples checked, slowly)."""
+        if self.cpu_share >= 1.0 or used <= 0:
+            return
+        need = used * (1.0 / self.cpu_share - 1.0)
+        start = time.monotonic()
+        others0 = time.process_time() - time.thread_time()  # CPU of the other threads
+        while not self._stop.is_set():
+            waited = time.monotonic() - start
+            others = time.process_time() - time.thread_time() - others0
+            if (waited >= need and others >= need) or waited >= IDLE_SLOWDOWN * need:
+                return
+            self._stop.wait(min(max(need - waited, 0.0) or THROTTLE_POLL_S, THROTTLE_POLL_S))
 
     def check(self, sample: Sample) -> int:
         """Compare every query of ``sample`` with the exact answer of its state; returns the

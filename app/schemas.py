@@ -324,6 +324,8 @@ class AdviseIn(Strict):
     resamples: int = Field(1000, ge=0, le=10_000, description="bootstrap resamples of the "
                            "intervals (0: none)")
     repeats: int = Field(3, ge=1, le=10, description="timed runs per radius (the fastest kept)")
+    measure_queries: int = Field(64, ge=0, le=10_000, description="queries of the sample timed "
+                                 "per radius (the measured cost; 0: not measured)")
     conventions: ConventionsIn = Field(default_factory=ConventionsIn)
 
 

@@ -59,6 +59,8 @@ def _add_arguments(parser) -> None:
     d.add_argument("--budget-us", type=float, default=None, help="cost budget per query (us)")
     d.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: none)")
     d.add_argument("--repeats", type=int, default=3, help="timed runs per radius")
+    d.add_argument("--measure-queries", type=int, default=64,
+                   help="queries of the sample timed per radius (default 64)")
     o = parser.add_argument_group("outputs")
     o.add_argument("--json", metavar="OUT.json", help="write the whole answer as JSON")
     o.add_argument("--plot", metavar="OUT.png", help="draw the quality-vs-cost frontier")
@@ -88,7 +90,8 @@ def request_options(args) -> tuple[dict, np.ndarray | None]:
     opts = {"sample": args.sample, "seed": args.seed, "radius_max": args.radius_max,
             "holdout": not args.no_holdout, "objective": args.objective,
             "min_gain": args.min_gain, "min_precision": args.min_precision,
-            "budget_us": args.budget_us, "resamples": args.resamples, "repeats": args.repeats}
+            "budget_us": args.budget_us, "resamples": args.resamples, "repeats": args.repeats,
+            "measure_queries": args.measure_queries}
     queries = _array(args.queries, "--queries") if args.queries else None
     if args.query_ids:
         opts["query_ids"] = _ids(args.query_ids, "--query-ids")

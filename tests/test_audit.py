@@ -7,6 +7,8 @@ its CPU share."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -176,16 +178,26 @@ def test_a_full_queue_drops_and_counts_and_the_cpu_share_holds(tmp_path):
         assert "bucketsearch_audit_dropped_total" in c.get("/metrics").text
 
 
-def test_checker_sleeps_to_keep_its_cpu_share():
-    """Counted in CPU time, not wall time: after each check the checker waits c (1/s - 1)."""
-    audit = ExactnessAudit(rate=1.0, cpu_share=0.25)
-    waits = []
-    audit._stop.wait = lambda t: waits.append(t) or False
-    audit.check = lambda sample: sum(range(200_000))  # some CPU work
-    audit.queue.put(Sample("x", None, None, 0, np.zeros((0, 1), np.uint64), [], [], 0.0))
-    audit.queue.put(None)
-    audit._run()
-    assert len(waits) == 1 and waits[0] == pytest.approx(3 * audit.busy_s)
+def test_checker_waits_for_the_serving_cpu():
+    """After a check of c CPU seconds the checker waits until the other threads have used
+    c (1/s - 1) CPU seconds (and as many wall seconds), or IDLE_SLOWDOWN times that idle."""
+    audit = ExactnessAudit(rate=1.0, cpu_share=0.5)
+    used = 0.02  # need = 0.02 s of other threads' CPU and of wall time
+    stop = threading.Event()
+    burner = threading.Thread(target=lambda: [sum(range(1000)) for _ in iter(stop.is_set,
+                                                                              True)])
+    others0 = time.process_time() - time.thread_time()
+    t = time.monotonic()
+    burner.start()
+    audit._throttle(used)
+    waited, others = time.monotonic() - t, time.process_time() - time.thread_time() - others0
+    stop.set()
+    burner.join()
+    assert waited >= 0.02 and others >= 0.02  # a busy process: both conditions met
+    t = time.monotonic()
+    audit._throttle(used)  # nothing else runs: the idle bound, 10 x 0.02 s
+    assert time.monotonic() - t >= 0.2
+    audit.close()
 
 
 def test_audit_off(tmp_path):

@@ -16,8 +16,9 @@ Per radius r (every figure from the existing metrics package, no formula of its 
   ``probe_count(r)``: sum C(Q, i) for a single table, substring probes for MIH, the plan's count
   for ``auto``), ``modeled_ns`` (``t0 x probes`` for single and MIH, the planner's predicted ns
   for ``auto``, whose chosen plan is ``plan``; null without a fitted t0), ``ramap_probes`` (the paper's ``sum_{i<=r} C(Q, i)``)
-  and ``measured_ns``: the wall time of ``state.range_search`` of the whole sample divided by
-  its size, the fastest of ``repeats`` runs after one warm-up (null, with ``measured_note``, when
+  and ``measured_ns``: the wall time of ``state.range_search`` of the first ``measure_queries``
+  queries of the sample divided by their number, the fastest of ``repeats`` runs after one
+  warm-up (null, with ``measured_note``, when
   the probe guard, the request probe budget or ``max_results`` refuses the radius);
 * with relevance: precision / recall / F1 (macro, with a 95% percentile bootstrap interval of
   the mean over queries, :func:`~index.evaluation.significance.bootstrap_ci`; and micro),
@@ -201,7 +202,7 @@ def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max:
            objective: str = "f1", min_gain: float = 0.01, min_precision: float = 0.0,
            budget_ns: float | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
            max_request_probes: int | None = None, max_results: int | None = None,
-           repeats: int = 3) -> dict:
+           repeats: int = 3, measure_queries: int = 64) -> dict:
     """Every per-radius figure, the mAP, the recommendation and the frontier marks (module
     docstring). ``xq`` and ``xb`` are uint64 words of ``state.bits`` bits; ``relevance``
     covers ``(len(xq), len(xb))``."""
@@ -231,9 +232,10 @@ def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max:
     radii = []
     for r in range(n_r):
         probes, modeled_ns, plan = modeled_cost(main, r, nq, t0_ns)
-        measured, note = measure_radius(state, xq, r, max_probes=max_request_probes,
+        measured, note = measure_radius(state, xq[:measure_queries], r,
+                                        max_probes=max_request_probes,
                                         max_results=max_results, repeats=repeats) \
-            if nq else (None, "not measured: no queries")
+            if nq and measure_queries else (None, "not measured: no queries timed")
         row = {"radius": r, "answers_mean": float(figures["answers_mean"][r]),
                **{f"answers_p{p}": float(figures[f"answers_p{p}"][r]) for p in PERCENTILES},
                "empty_share": float(figures["empty_share"][r]),
@@ -253,6 +255,7 @@ def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max:
                 row[key] = rad[key][r]
         radii.append(row)
     result = {"bits": bits, "n_queries": nq, "n_db": n_db, "radius_max": radius_max,
+              "measured_queries": min(nq, measure_queries),
               "mode": mode or type(main).__name__,
               "conventions": conventions.as_dict(), "resamples": resamples, "seed": seed,
               "percentiles": list(PERCENTILES), "radii": radii}
