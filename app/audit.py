@@ -70,7 +70,7 @@ class ExactnessAudit:
     """The sampler, its queue, its checker thread and its counters (module docstring)."""
 
     def __init__(self, rate: float, queries: int = 4, queue_size: int = 64,
-                 cpu_share: float = 0.02, keep: int = 20, seed: int | None = None):
+                 cpu_share: float = 0.01, keep: int = 20, seed: int | None = None):
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"audit_rate must be in [0, 1], got {rate}")
         if not 0.0 < cpu_share <= 1.0:

@@ -64,8 +64,9 @@ class Settings(BaseSettings):
         64, ge=1, le=65_536, description="exactness audit: sampled answers waiting for the "
                                          "checker (dropped and counted beyond)")
     audit_cpu_share: float = Field(
-        0.02, gt=0.0, le=1.0, description="exactness audit: CPU share of one core the checker "
-                                          "may use (it sleeps after each check to keep to it)")
+        0.01, gt=0.0, le=1.0, description="exactness audit: the checker's CPU as a share of the "
+                                          "CPU spent serving, and of one core (it waits after "
+                                          "each check to keep to it)")
     audit_keep: int = Field(
         20, ge=1, le=10_000, description="exactness audit: mismatches kept for GET /v1/audit")
     max_indexes: int = Field(1_000, ge=1, description="indexes one server holds (409 beyond)")

@@ -80,7 +80,7 @@ def faulty_server(tmp_path_factory):
 
 def test_audit_page_shows_the_wrong_answers(faulty_server, page_of):
     page, console = page_of()
-    page.goto(faulty_server.url + "/ui?refresh=300#/audit")
+    page.goto(faulty_server.url + "/ui?refresh=1000#/audit")
     page.wait_for_selector("#audit-mismatch-table tbody tr")
     rep = httpx.get(faulty_server.url + "/v1/audit").json()
     assert rep["mismatched"] >= 1
