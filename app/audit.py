@@ -46,7 +46,7 @@ from bucketsearch.index.storage.exact import exact_answer, live_arrays
 log = logging.getLogger("bucketsearch.audit")
 #: an idle server's checker waits this many times longer than a busy one's (see _throttle)
 IDLE_SLOWDOWN = 10.0
-THROTTLE_POLL_S = 0.01
+THROTTLE_POLL_S = 0.1  # wake-ups of a waiting checker (each takes the GIL once)
 #: ids of one answer kept in a mismatch report (the rest are counted)
 REPORT_IDS = 50
 _NEVER = float("inf")
@@ -112,6 +112,9 @@ class ExactnessAudit:
             block = int(self.next_pick) // self.period + 1
             self.next_pick = block * self.period + self._rng.randrange(self.period)
             self.sampled += 1
+            if self.queue.full():  # dropped before anything is copied
+                self.dropped += 1
+                return
             nq = len(xq)
             chosen = sorted(self._rng.sample(range(nq), min(self.queries, nq)))
         served = [(np.array(I[lims[q]:lims[q + 1]], dtype=np.int64),
