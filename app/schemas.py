@@ -309,10 +309,10 @@ class AdviseIn(Strict):
         None, description="radii 0..radius_max (default min(bits, 10, advise_max_radius))")
     db_ids: list[ItemId] | None = Field(None, description="items whose labels db_labels gives "
                                         "(unlabeled items are relevant to no query)")
-    db_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+    db_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
         None, description="class id (1-D) or multi-hot row (2-D) of each db_ids item; an item "
         "query's label is its own")
-    query_labels: list[Label] | list[list[Annotated[int, Field(ge=0, le=1)]]] | None = Field(
+    query_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
         None, description="labels of the codes queries (same form as db_labels)")
     pairs: list[Annotated[tuple[int_in(0, 2**31), ItemId, Annotated[bool, Field(strict=True)]],
                           Field(strict=False)]] | None = Field(
