@@ -39,7 +39,7 @@ SCHEMA_CANNOT_STATE = (
      "advise: the queries from one source (a sample, query_ids or codes) of this index's "
      "items, at most advise_max_queries of them, radius_max <= advise_max_radius; labels or "
      "duplicate pairs name its items and queries; radii are inclusive"),
-    (r"queries x k=\d+ = .* results, more than|max_results|max_request_|max_probes|"
+    (r"queries x k=\d+ = .* results, more than|max_results|max_request_|max_probes|max_batch|"
      r"max_evaluate_pairs",
      "the server's limits (GET /v1/limits) on a whole request"),
 )
