@@ -9,19 +9,12 @@ from bucketsearch.app.budget import check_evaluation
 from bucketsearch.app.parsing import parse_hex
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.probe import ResultLimitError
+from bucketsearch.index.storage.exact import live_arrays
 
 
 def live_items(state) -> tuple[np.ndarray, np.ndarray]:
     """Every live (id, words) of a state, ordered by id."""
-    ids, words = [], []
-    if state.main.ntotal:
-        mi = np.asarray(state.main.ids, dtype=np.int64)
-        keep = ~np.isin(mi, state.tombstones)
-        ids.append(mi[keep])
-        words.append(np.asarray(state.main.words)[keep])
-    ids.append(state.delta_ids)
-    words.append(state.delta_words)
-    ids, words = np.concatenate(ids), np.concatenate(words)
+    ids, words = live_arrays(state)
     order = np.argsort(ids, kind="stable")
     return ids[order], words[order]
 

@@ -21,8 +21,8 @@ from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
 from bucketsearch.app.raysession import stop_ray
 from bucketsearch.app.registry import Registry
-from bucketsearch.app.routers import (costmodel, dashboard, evaluate, health, indexes, sample,
-                                      search, ui)
+from bucketsearch.app.routers import (advise, audit, costmodel, dashboard, evaluate, health,
+                                      indexes, sample, search, ui)
 from bucketsearch.app.settings import Settings, warn_unknown_env
 from bucketsearch.app.startup import start_up
 
@@ -62,7 +62,7 @@ async def lifespan(app: FastAPI):
 
 
 ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router,
-           sample.router, dashboard.router, ui.router)
+           sample.router, dashboard.router, ui.router, advise.router, audit.router)
 
 
 def access_policy(app: FastAPI) -> AccessPolicy:

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from bucketsearch.app.audit import AuditCollector
 from bucketsearch.app.costfit import SUB_BUCKETS, bucket_upper_ns, live_rows
 from bucketsearch.app.workermetrics import (Publisher, WorkerGauges, multiprocess_dir,
                                             prune_dead_workers, read_search_files)
@@ -254,6 +255,7 @@ class AppMetrics:
             self.publisher = Publisher(self.directory, lambda: search_figures(
                 getattr(app.state, "registry", None)), gauges)
         self.registry.register(self.search)
+        self.registry.register(AuditCollector(app))
 
     def request_series(self, method: str, route: str, status: int) -> tuple:
         """The request counter and latency histogram of one (method, route, status), looked up

@@ -34,7 +34,12 @@ SCHEMA_CANNOT_STATE = (
      "ids"),
     (r"^(query_labels|db_labels|relevant_ids|db_ids)(\[\d+\])?: ",
      "evaluate: labels or relevant ids, one per query and per database item, of this index"),
-    (r"queries x k=\d+ = .* results, more than|max_results|max_request_|max_probes|"
+    (r"^(sample|query_ids|codes|pairs(\[\d+\])?|holdout|radius_max): |advise_max_|"
+     r"radius_inclusive must be true",
+     "advise: the queries from one source (a sample, query_ids or codes) of this index's "
+     "items, at most advise_max_queries of them, radius_max <= advise_max_radius; labels or "
+     "duplicate pairs name its items and queries; radii are inclusive"),
+    (r"queries x k=\d+ = .* results, more than|max_results|max_request_|max_probes|max_batch|"
      r"max_evaluate_pairs",
      "the server's limits (GET /v1/limits) on a whole request"),
 )

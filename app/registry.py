@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch import __version__
+from bucketsearch.app.audit import ExactnessAudit
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
@@ -109,6 +110,7 @@ class Entry:
     cost: CostTracker
     folder: Path
     follow_error: str | None = None  # read-only server: why the last catch-up failed
+    audit: ExactnessAudit | None = None  # the server's exactness audit (None: not audited)
 
     @property
     def mode(self) -> str:
@@ -147,12 +149,20 @@ class Registry:
         self.data_lock = None if settings.read_only else catalog.DataDirLock(settings.data_dir)
         self._stop = threading.Event()
         self._follower: threading.Thread | None = None
+        self.audit = ExactnessAudit.from_settings(settings)
 
     def redact(self, text: str | None) -> str | None:
         """``text`` without file paths (reasons are shown to clients)."""
         return redact(text, self.settings)
 
     def _open(self, folder: Path, meta: dict) -> Entry:
+        """The entry of an index folder; in-process indexes are audited (app/audit.py)."""
+        entry = self._open_live(folder, meta)
+        if not getattr(entry.live, "sharded", False):
+            entry.audit = self.audit
+        return entry
+
+    def _open_live(self, folder: Path, meta: dict) -> Entry:
         s = self.settings
         if meta.get("shards"):  # a sharded index (issue 14): shard actors on Ray
             from bucketsearch.app import shards
@@ -429,6 +439,7 @@ class Registry:
         self._stop.set()
         if self._follower is not None:
             self._follower.join()
+        self.audit.close()
         for entry in list(self.entries.values()):
             entry.live.close()
             if not self.settings.read_only and not getattr(entry.live, "sharded", False):

@@ -291,6 +291,46 @@ class EvaluateIn(Strict):
     conventions: ConventionsIn = Field(default_factory=ConventionsIn)
 
 
+class AdviseIn(Strict):
+    """The radius advisor's request (app/advise.py): the queries (a seeded sample of the
+    index's own items, ``query_ids``, or ``codes``), the radii, optional relevance, the rule's
+    parameters."""
+
+    sample: int_in(1, 1_000_000) | None = Field(
+        None, description="queries drawn at random (seeded) from the index's own items, when "
+        "neither query_ids nor codes is given (default min(200, advise_max_queries))")
+    seed: int_in(0, 2**32 - 1) = Field(0, description="seed of the sample and the bootstrap")
+    query_ids: list[ItemId] | None = Field(None, description="these items of the index as the "
+                                           "queries (instead of a random sample)")
+    codes: list[HexCode] | None = Field(None, description="these codes (hex) as the queries")
+    holdout: bool = Field(True, description="queries that are items of the index are left out "
+                          "of the database they are scored against (the figures of new items)")
+    radius_max: int_in(0, 256) | None = Field(
+        None, description="radii 0..radius_max (default min(bits, 10, advise_max_radius))")
+    db_ids: list[ItemId] | None = Field(None, description="items whose labels db_labels gives "
+                                        "(unlabeled items are relevant to no query)")
+    db_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
+        None, description="class id (1-D) or multi-hot row (2-D) of each db_ids item; an item "
+        "query's label is its own")
+    query_labels: list[Label] | list[list[int_in(0, 1)]] | None = Field(
+        None, description="labels of the codes queries (same form as db_labels)")
+    pairs: list[Annotated[tuple[int_in(0, 2**31), ItemId, Annotated[bool, Field(strict=True)]],
+                          Field(strict=False)]] | None = Field(
+        None, description="[query position, item id, duplicate]: the duplicates are the relevant "
+        "items; pairs marked not duplicate, like unjudged ones, are not relevant")
+    objective: Literal["f1", "recall"] = Field("f1", description="quality the rule maximizes")
+    min_gain: float = Field(0.01, ge=0.0, le=1.0, description="quality a larger radius must add")
+    min_precision: float = Field(0.0, ge=0.0, le=1.0, description="precision floor of a radius")
+    budget_us: float | None = Field(None, gt=0, le=1e9, description="cost budget per query (us)")
+    resamples: int_in(0, 10_000) = Field(
+        1000, description="bootstrap resamples of the intervals (0: none)")
+    repeats: int_in(1, 10) = Field(3, description="timed runs per radius (the fastest kept)")
+    measure_queries: int_in(0, 10_000) = Field(
+        64, description="queries of the sample timed per radius (the measured cost; 0: not "
+        "measured)")
+    conventions: ConventionsIn = Field(default_factory=ConventionsIn)
+
+
 class ErrorOut(BaseModel):
     """Every 4xx answer: ``detail`` names the field, the value and what is allowed."""
 

@@ -47,6 +47,28 @@ class Settings(BaseSettings):
                                          "(app/budget.py)")
     max_evaluate_pairs: int = Field(
         2_000_000_000, ge=1, description="queries x database items of one evaluate request")
+    advise_max_queries: int = Field(
+        2_000, ge=1, description="queries of one radius-advisor request (sample, query_ids or "
+                                 "codes; 400 beyond)")
+    advise_max_radius: int = Field(
+        16, ge=0, le=256, description="largest radius_max of a radius-advisor request (each "
+                                      "radius is one timed search of the sample; 400 beyond)")
+    audit_rate: float = Field(
+        0.01, ge=0.0, le=1.0, description="exactness audit: share of answered searches whose "
+                                          "answers are re-checked by a linear scan of the same "
+                                          "state, off the request path (0: off)")
+    audit_queries: int = Field(
+        4, ge=1, le=1024, description="exactness audit: queries of one sampled request "
+                                      "re-checked (chosen at random)")
+    audit_queue: int = Field(
+        64, ge=1, le=65_536, description="exactness audit: sampled answers waiting for the "
+                                         "checker (dropped and counted beyond)")
+    audit_cpu_share: float = Field(
+        0.01, gt=0.0, le=1.0, description="exactness audit: the checker's CPU as a share of the "
+                                          "CPU spent serving, and of one core (it waits after "
+                                          "each check to keep to it)")
+    audit_keep: int = Field(
+        20, ge=1, le=10_000, description="exactness audit: mismatches kept for GET /v1/audit")
     max_indexes: int = Field(1_000, ge=1, description="indexes one server holds (409 beyond)")
     merge_threshold: int = Field(50_000, ge=1,
                                  description="delta items or tombstones that trigger a merge")

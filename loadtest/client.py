@@ -55,7 +55,7 @@ import httpx
 import numpy as np
 import orjson
 
-from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_packed
+from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_hex, to_packed
 from bucketsearch.loadtest.transport import PooledHTTP, tls_context
 from bucketsearch.loadtest.wire import (CODE_FORMATS, JSON, OCTET, RemoteSearchStats, check_wire,
                                         concat_csr, convert_words, decode_search, encode_search,
@@ -569,6 +569,18 @@ class _Base:
         resp = yield self._json("GET", index_path(name))
         return self._remember(resp.json())
 
+    def _g_advise(self, name, queries, options):
+        body = {k: _plain(v) for k, v in options.items() if v is not None}
+        if queries is not None:
+            bits = yield from self._index_bits(name)
+            body["codes"] = to_hex(checked_words(queries, bits, "queries"), bits)
+        resp = yield self._json("POST", index_path(name, "advise"), body)
+        return resp.json()
+
+    def _g_audit(self):
+        resp = yield self._json("GET", "/v1/audit")
+        return resp.json()
+
     def _g_cost_model(self, name):
         resp = yield self._json("GET", index_path(name, "cost-model"))
         return resp.json()
@@ -700,6 +712,26 @@ class _Base:
         """t0, the extended model and per radius modeled vs measured cost."""
         return self._run(self._g_cost_model(name))
 
+    def advise(self, name: str, *, sample: int | None = None, query_ids=None, queries=None,
+               radius_max: int | None = None, db_ids=None, db_labels=None, query_labels=None,
+               pairs=None, **options) -> dict:
+        """The radius advisor (``POST /v1/indexes/{name}/advise``): per radius 0..radius_max
+        the answers per query, the empty-ball share, the modeled and measured cost and, with
+        relevance (``db_ids`` + ``db_labels``, ``query_labels`` for ``queries``, or ``pairs``
+        ``[(query position, item id, duplicate), ...]``), precision / recall / F1 / RAMAP with
+        their intervals; ``recommendation`` (radius, reason, rule). Queries: a ``sample`` of
+        the index's items, ``query_ids``, or ``queries`` (codes in any form ``add`` takes).
+        ``options``: ``holdout``, ``seed``, ``objective``, ``min_gain``, ``min_precision``,
+        ``budget_us``, ``resamples``, ``repeats``, ``conventions`` (the route's fields)."""
+        return self._run(self._g_advise(name, queries, {
+            "sample": sample, "query_ids": query_ids, "radius_max": radius_max,
+            "db_ids": db_ids, "db_labels": db_labels, "query_labels": query_labels,
+            "pairs": pairs, **options}))
+
+    def audit(self) -> dict:
+        """The exactness audit's counters and last mismatches (``GET /v1/audit``)."""
+        return self._run(self._g_audit())
+
     def merge(self, name: str) -> dict:
         """Fold the delta and tombstones into a new snapshot now; returns the info."""
         return self._run(self._g_merge(name))
@@ -774,6 +806,17 @@ class _Base:
     def delete_snapshot(self, name: str, snapshot: str) -> None:
         """Remove a snapshot from the server."""
         return self._run(self._g_delete_snapshot(name, snapshot))
+
+
+def _plain(value):
+    """Arrays (and rows of arrays) as JSON lists of plain ints, floats and bools."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def _decoded(resp: httpx.Response):

@@ -22,8 +22,9 @@ STATED = re.compile("|".join(f"(?:{pattern})" for pattern, _ in SCHEMA_CANNOT_ST
 
 
 def stated_refusal(response) -> str | None:
-    """The detail of a 400 that names a rule of SCHEMA_CANNOT_STATE, else None."""
-    if response.status_code != 400:
+    """The detail of a 400 (or a 413: a batch over max_batch, which a binary body's schema
+    cannot state) that names a rule of SCHEMA_CANNOT_STATE, else None."""
+    if response.status_code not in (400, 413):
         return None
     try:
         detail = json.loads(response.text).get("detail")

@@ -139,6 +139,10 @@ EXAMPLES = {
     ("DELETE", "/v1/indexes/{name}/snapshots/{snapshot}"): (WRITE, lambda sent: (
         f"/v1/indexes/ix/snapshots/ix-{sent}.tar", None)),
     ("GET", "/v1/limits"): (READ, lambda sent: ("/v1/limits", None)),
+    ("POST", "/v1/indexes/{name}/advise"): (READ, lambda sent: (
+        "/v1/indexes/ix/advise", {"query_ids": [0], "holdout": False, "radius_max": 1,
+                                  "resamples": 0, "repeats": 1})),
+    ("GET", "/v1/audit"): (READ, lambda sent: ("/v1/audit", None)),
     ("GET", "/ui"): (OPEN, lambda sent: ("/ui", None)),
     ("GET", "/ui/static/{name}"): (OPEN, lambda sent: ("/ui/static/dashboard.css", None)),
     ("GET", "/ui/vendor/plotly.min.js"): (OPEN, lambda sent: ("/ui/vendor/plotly.min.js", None)),

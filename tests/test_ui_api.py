@@ -39,7 +39,7 @@ def test_page_and_files_load_without_a_key_and_the_api_does_not(tmp_path):
         assert "<script>" not in page.text and " style=" not in page.text  # nothing inline
         assert "{{" not in page.text
         urls = re.findall(r'(?:src|href)="(/ui/[^"]+)"', page.text)
-        assert len(urls) == 8
+        assert len(urls) == 9
         for url in urls:
             r = c.get(url)
             assert r.status_code == 200, url
@@ -223,6 +223,6 @@ def test_the_wheel_ships_the_dashboard_files(tmp_path):
                     "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
     names = set(zipfile.ZipFile(next(tmp_path.glob("bucketsearch-*.whl"))).namelist())
     shipped = {f"bucketsearch/app/ui/static/{p.name}" for p in STATIC_DIR.iterdir()}
-    assert len(shipped) == 6 and shipped <= names
+    assert len(shipped) == 7 and shipped <= names
     assert {"bucketsearch/app/ui/assets.py", "bucketsearch/app/routers/ui.py",
             "bucketsearch/app/routers/dashboard.py"} <= names

@@ -244,6 +244,9 @@ def run_search(entry, job: SearchJob, settings, t_start: float) \
                 "or k") from None
     t_searched = time.perf_counter()
     entry.cost.observe(st)
+    audit = entry.audit  # the exactness audit: one count and one compare unless sampled
+    if audit is not None and next(audit.counter) >= audit.next_pick:
+        audit.submit(entry.name, state, job.k, job.max_distance, job.xq, lims, D, I)
     if job.binary:
         out = [results_binary(lims, D, I)]
         media_type = "application/octet-stream"

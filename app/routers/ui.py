@@ -48,6 +48,7 @@ def render_page() -> str:
         "MAP_STYLE_ID": assets.map_style_id,
         "APP_CSS": _asset_url("dashboard.css"), "APP_JS": _asset_url("dashboard.js"),
         "CHARTS_JS": _asset_url("charts.js"), "API_JS": _asset_url("api.js"),
+        "OPERATE_JS": _asset_url("operate.js"),
         "FAVICON": _asset_url("favicon.svg"),
     }
     text = page[0].decode()

@@ -618,11 +618,15 @@
       if (view === "index" && arg) await indexView(decodeURIComponent(arg));
       else if (view === "query") await queryView();
       else if (view === "loadtest") loadtestView();
+      else if (window.bs.views && window.bs.views[view]) await window.bs.views[view](decodeURIComponent(arg));  // operate.js
       else await indexesView();
     } catch (err) {
       showError(err);
     }
   }
+
+  // the DOM and polling helpers other view files use (operate.js)
+  window.bs.ui = { h, fmt, pct, table, poll, stopPolling, showError, $ };
 
   function init() {
     $("refresh-state").textContent = `refresh every ${REFRESH_MS} ms`;
