@@ -240,6 +240,9 @@ class AppMetrics:
         self.rejections = Counter(
             "bucketsearch_http_rejected", "requests the guard answered before the route ran",
             ["reason"], registry=own)  # auth, concurrency, body_size, body_timeout
+        self.dedup = Counter("bucketsearch_dedup_items", "items of dedup inserts, by outcome "
+                             "(inserted, or rejected as a near-duplicate)", ["index", "outcome"],
+                             registry=own)
         self._series: dict[tuple, tuple] = {}  # (method, route, status): request_series
         self.search = SearchCollector(app, self.directory)
         self.publisher = None
@@ -264,6 +267,13 @@ class AppMetrics:
             series = self._series[key] = (self.requests.labels(method, route, str(status)),
                                           self.latency.labels(method, route))
         return series
+
+    def count_dedup(self, index: str, inserted: int, rejected: int) -> None:
+        """One dedup insert's outcome (``bucketsearch_dedup_items``)."""
+        if inserted:
+            self.dedup.labels(index, "inserted").inc(inserted)
+        if rejected:
+            self.dedup.labels(index, "rejected").inc(rejected)
 
     def close(self) -> None:
         """At shutdown: a worker writes its search figures a last time and removes its live

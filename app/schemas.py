@@ -126,6 +126,54 @@ class ItemsIn(Strict):
     codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits order")
 
 
+#: a radius of a dedup insert or a join: a strict int (true/false and 3.0 are refused)
+Radius = Annotated[int, Field(strict=True, ge=0, le=256)]
+#: the blocking items a dedup insert reports per rejected item, nearest first
+DEDUP_REPORT = 10
+
+
+class DedupIn(Strict):
+    codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits "
+                                 "order, in request order (an earlier inserted item blocks a "
+                                 "later one within the radius)")
+    ids: list[ItemId] | None = Field(None, description="one non-negative int64 id per code, "
+                                     "unique; omitted: the index gives the inserted items the "
+                                     "ids next_id, next_id+1, ... (first_id in the answer)")
+    radius: Radius = Field(description="an item is inserted only when no live item and no "
+                           "earlier inserted item of the request lies at d <= radius "
+                           "(at most the index's bits)")
+    max_reported: int = Field(DEDUP_REPORT, strict=True, ge=1, description="blocking items "
+                              "reported per rejected item, nearest first by (distance, id) "
+                              "(at most max_k)")
+
+    @model_validator(mode="after")
+    def _one_id_per_code(self):
+        if self.ids is not None and len(self.ids) != len(self.codes):
+            raise ValueError(f"ids: {len(self.ids)} ids for {len(self.codes)} codes (one id "
+                             "per code)")
+        return self
+
+
+class DedupItem(BaseModel):
+    id: int | None = Field(description="the item's id (given, or given by the index when "
+                           "inserted); null for a rejected item of a request without ids")
+    inserted: bool
+    duplicate_of: list[int] = Field(description="rejected: the ids of the items that blocked "
+                                    "it (live, or inserted earlier by this request), nearest "
+                                    "first by (distance, id), at most max_reported; [] when "
+                                    "inserted")
+    distances: list[int] = Field(description="their Hamming distances")
+
+
+class DedupOut(BaseModel):
+    inserted: int = Field(description="items inserted")
+    rejected: int = Field(description="items rejected as near-duplicates")
+    first_id: int | None = Field(None, description="a request without ids: the inserted items "
+                                 "got first_id, first_id+1, ... in request order")
+    size: int = Field(description="live items after the write")
+    items: list[DedupItem] = Field(description="one entry per code, in request order")
+
+
 class DeleteIn(Strict):
     ids: list[ItemId]
 

@@ -146,7 +146,7 @@ def test_an_inserted_item_whose_id_is_live_refuses_the_whole_batch(tmp_path):
     assert live.ntotal == 1
     with pytest.raises(ValueError, match="report"):
         live.add_dedup(far, 1, report=0)
-    with pytest.raises(ValueError, match="max_distance"):
+    with pytest.raises(ValueError, match="radius"):
         live.add_dedup(far, 65)
     assert live.add_dedup(far[:0], 1).n_inserted == 0
     live.close()
@@ -154,17 +154,21 @@ def test_an_inserted_item_whose_id_is_live_refuses_the_whole_batch(tmp_path):
 
 def test_concurrent_dedup_inserts_never_admit_two_items_within_the_radius(tmp_path):
     """Eight threads insert near-duplicates of the same few centres at once: the index ends
-    with no two items within the radius, and every item answered inserted is there."""
+    with no two items within the radius, and every item answered inserted is there. (Checked
+    to fail when the search runs before the write lock is taken.)"""
     bits, radius = 64, 3
     live = LiveIndex(tmp_path, bits, "single", merge_threshold=40, background_merge=True)
     rng = np.random.default_rng(3)
-    batches = [_codes(np.random.default_rng(s), 25, bits, "clustered") for s in range(8)]
+    pool = _codes(rng, 8 * 25, bits, "clustered")  # near-duplicates of 3 centres, shared
+    batches = [pool[t::8] for t in range(8)]
     answers = [None] * 8
     start = threading.Barrier(8)
 
     def worker(t):
         start.wait()
-        answers[t] = [live.add_dedup(batches[t][i:i + 5], radius) for i in range(0, 25, 5)]
+        step = 5 if t % 2 else 1  # batches and single items
+        answers[t] = [live.add_dedup(batches[t][i:i + step], radius)
+                      for i in range(0, 25, step)]
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
     for th in threads:
@@ -178,5 +182,5 @@ def test_concurrent_dedup_inserts_never_admit_two_items_within_the_radius(tmp_pa
     assert (d > radius).all()
     inserted = np.concatenate([r.ids[r.inserted] for rs in answers for r in rs])
     assert sorted(inserted.tolist()) == sorted(ids.tolist())
-    assert len(ids) < 8 * 25 and rng is not None
+    assert len(ids) < 8 * 25
     live.close()

@@ -77,14 +77,6 @@ class DedupResult:
                    np.zeros(0, np.int32), np.zeros(0, np.int64), first_id)
 
 
-def _knn_rows_to_csr(D: np.ndarray, I: np.ndarray):
-    """``(nq, k)`` rows padded with id -1 -> CSR ``(lims, D, I)`` (row order kept)."""
-    mask = I >= 0
-    lims = np.zeros(len(I) + 1, dtype=np.int64)
-    np.cumsum(mask.sum(axis=1), out=lims[1:])
-    return lims, D[mask].astype(np.int32), I[mask].astype(np.int64)
-
-
 def _index_of(words: np.ndarray, ids: np.ndarray, bits: int, index_from: int):
     """A searchable index of the kept items: a scan while few, else the planner's engines."""
     from bucketsearch.index.factory import make_index
@@ -116,13 +108,14 @@ def screen(words: np.ndarray, radius: int, bits: int, live_D: np.ndarray, live_I
     by (distance, id), padded with id -1 (an item with any is rejected); ``ids`` the batch's
     ids, or None: the inserted items get ``first_id, first_id + 1, ...`` in order. ``block``,
     ``index_from``: :data:`BLOCK`, :data:`INDEX_FROM`."""
+    from bucketsearch.index.base import knn_to_csr
     from bucketsearch.index.kernels import keep_first_rows, merge_rows
     from bucketsearch.index.scan import LinearScan
 
     n = len(words)
     auto = ids is None
     item_ids = np.full(n, -1, dtype=np.int64) if auto else np.asarray(ids, dtype=np.int64)
-    live_lims, lD, lI = _knn_rows_to_csr(live_D, live_I)
+    live_lims, lD, lI = knn_to_csr(np.asarray(live_D, np.int32), np.asarray(live_I, np.int64))
     live_blocked = np.diff(live_lims) > 0
     if n == 1:  # one item (a check on arrival): its live neighbours decide alone
         kept = ~live_blocked
@@ -173,5 +166,5 @@ def screen(words: np.ndarray, radius: int, bits: int, live_D: np.ndarray, live_I
                             np.zeros(0, np.int64))
     counts, D, I = merge_rows(live_lims, lD, lI, *batch, np.zeros(0, np.int64), int(report))
     D, I = D.reshape(n, report), I.reshape(n, report)
-    lims, D, I = _knn_rows_to_csr(D, I)
+    lims, D, I = knn_to_csr(D, I)
     return DedupResult(item_ids, kept, lims, D, I, int(first_id) if auto else None)

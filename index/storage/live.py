@@ -765,7 +765,9 @@ class LiveIndex:
         blocked by its own first copy, at distance 0). ``max_probes``: each item's probe budget
         (its search switches to a scan past it, as k-NN does; never refused)."""
         self._check_writable()
-        self.check_radius(radius)
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) \
+                or not 0 <= radius <= self.bits:
+            raise ValueError(f"radius must be an int in [0, bits={self.bits}], got {radius!r}")
         if isinstance(report, bool) or not isinstance(report, (int, np.integer)) or report < 1:
             raise ValueError(f"report must be an int >= 1, got {report!r}")
         if ids is None:
