@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.index.base import knn_to_csr
 from bucketsearch.index.codes import n_words, pack_bits
 from bucketsearch.index.kernels import keep_first_rows
 from bucketsearch.index.storage.dedup import screen
@@ -62,21 +63,25 @@ def _check(result, twin):
        n_live=st.integers(0, 25), n=st.integers(1, 40), report=st.sampled_from([1, 3, 50]),
        kind=st.sampled_from(["uniform", "clustered", "repeats"]), auto=st.booleans(),
        block=st.sampled_from([4, 7, 2048]), index_from=st.sampled_from([3, 16_384]),
-       seed=st.integers(0, 2**31))
+       knn=st.sampled_from([None, "report"]), seed=st.integers(0, 2**31))
 def test_screen_matches_the_twin(bits, radius, n_live, n, report, kind, auto, block,
-                                 index_from, seed):
+                                 index_from, knn, seed):
     """Blocks of 4 or 7 items and kept items indexed from 3 on take every path of the
     within-batch check on small batches."""
     rng = np.random.default_rng(seed)
+    knn = report if knn else None
     live = _codes(rng, n_live, bits, kind)
     words = _codes(rng, n, bits, kind)
     if n_live and kind != "uniform":  # some batch items repeat live ones exactly
         words[: n // 3] = live[rng.integers(0, n_live, size=n // 3)]
     live_ids = rng.permutation(1000)[:n_live].astype(np.int64)
     ids = None if auto else rng.permutation(np.arange(1000, 2000))[:n].astype(np.int64)
-    D, I = naive.knn_within(words, live, live_ids, bits, report, radius) if n_live else \
-        (np.full((n, report), -1), np.full((n, report), -1))
-    result = screen(words, radius, bits, D, I, ids, first_id=5000, report=report, block=block,
+    if n_live:  # every live neighbour (a range search), or the k nearest (k-NN)
+        found = naive.range_search(words, live, live_ids, bits, radius) if knn is None else \
+            knn_to_csr(*naive.knn_within(words, live, live_ids, bits, knn, radius))
+    else:
+        found = (np.zeros(n + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+    result = screen(words, radius, bits, found, ids, first_id=5000, report=report, block=block,
                     index_from=index_from)
     _check(result, naive.dedup_insert(live, live_ids, words, ids, bits, radius, report, 5000))
     assert result.first_id == (5000 if auto else None)
@@ -183,4 +188,26 @@ def test_concurrent_dedup_inserts_never_admit_two_items_within_the_radius(tmp_pa
     inserted = np.concatenate([r.ids[r.inserted] for rs in answers for r in rs])
     assert sorted(inserted.tolist()) == sorted(ids.tolist())
     assert len(ids) < 8 * 25
+    live.close()
+
+
+def test_many_near_duplicates_or_a_probe_limit_take_the_knn_search(tmp_path, monkeypatch):
+    """Past the range search's result cap (here 12 results: 1 item x report 3 x 4) or its
+    probe limit (radius 3 of 64 bits is 43,745 probes, over 1,000), the k nearest within the
+    radius decide and are reported: the twin's answer all the same."""
+    from bucketsearch.index.storage import live as live_module
+    monkeypatch.setattr(live_module, "DEDUP_RANGE_CAP", 1)
+    rng = np.random.default_rng(4)
+    code = _codes(rng, 1, 64, "uniform")
+    live = LiveIndex(tmp_path / "cap", 64, "single", background_merge=False)
+    live.add(np.repeat(code, 50, axis=0), np.arange(100, 150))
+    got = live.add_dedup(code, 0, [7], report=3)
+    assert not got.inserted[0] and got.blockers(0)[0].tolist() == [100, 101, 102]
+    live.close()
+    live = LiveIndex(tmp_path / "probes", 64, "single", max_probes=1000, background_merge=False)
+    base = _codes(rng, 30, 64, "clustered")
+    live.add(base, np.arange(30))
+    batch = _codes(rng, 20, 64, "clustered")
+    twin = naive.dedup_insert(base, np.arange(30), batch, None, 64, 3, 5, 30)
+    _check(live.add_dedup(batch, 3, report=5), twin)
     live.close()

@@ -99,13 +99,14 @@ def _csr_of_triples(n: int, rows: np.ndarray, D: np.ndarray, I: np.ndarray):
     return lims, D[order].astype(np.int32), I[order].astype(np.int64)
 
 
-def screen(words: np.ndarray, radius: int, bits: int, live_D: np.ndarray, live_I: np.ndarray,
+def screen(words: np.ndarray, radius: int, bits: int, live: tuple,
            ids: np.ndarray | None = None, first_id: int = 0,
            report: int = DEFAULT_REPORT, block: int = BLOCK,
            index_from: int = INDEX_FROM) -> DedupResult:
     """The dedup decision over one batch (module docstring): ``words`` (n, W) uint64 in request
-    order; ``live_D, live_I`` (n, >= 1) the nearest live items within ``radius`` of each item
-    by (distance, id), padded with id -1 (an item with any is rejected); ``ids`` the batch's
+    order; ``live`` CSR ``(lims, D, I)``: per item, live items within ``radius`` by (distance,
+    id), all of them or at least its ``report`` nearest (an item with any is rejected; rows
+    are cut to ``report``); ``ids`` the batch's
     ids, or None: the inserted items get ``first_id, first_id + 1, ...`` in order. ``block``,
     ``index_from``: :data:`BLOCK`, :data:`INDEX_FROM`."""
     from bucketsearch.index.base import knn_to_csr
@@ -115,13 +116,17 @@ def screen(words: np.ndarray, radius: int, bits: int, live_D: np.ndarray, live_I
     n = len(words)
     auto = ids is None
     item_ids = np.full(n, -1, dtype=np.int64) if auto else np.asarray(ids, dtype=np.int64)
-    live_lims, lD, lI = knn_to_csr(np.asarray(live_D, np.int32), np.asarray(live_I, np.int64))
+    live_lims, lD, lI = (np.asarray(live[0], np.int64), np.asarray(live[1], np.int32),
+                         np.asarray(live[2], np.int64))
     live_blocked = np.diff(live_lims) > 0
     if n == 1:  # one item (a check on arrival): its live neighbours decide alone
         kept = ~live_blocked
         if auto and kept[0]:
             item_ids[0] = first_id
-        return DedupResult(item_ids, kept, live_lims, lD, lI, int(first_id) if auto else None)
+        m = min(int(live_lims[1] - live_lims[0]), int(report))
+        a = int(live_lims[0])
+        return DedupResult(item_ids, kept, np.array([0, m], dtype=np.int64), lD[a:a + m],
+                           lI[a:a + m], int(first_id) if auto else None)
     kept = np.zeros(n, dtype=bool)
     next_id = int(first_id)
     kept_index = None  # the kept items of the earlier blocks

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.index.base import ProbeLimitError, knn_to_csr
 from bucketsearch.index.codes import as_words, check_bits, n_words
 from bucketsearch.index import join
 from bucketsearch.index.factory import check_served_mode, load_index, make_index
@@ -350,6 +351,25 @@ class LiveState:
         if self.delta is not None:
             self._note_delta(st, delta_ns)
         return D_out, I_out, st
+
+
+#: results of a dedup insert's range search: beyond ``max(DEDUP_RANGE_CAP, n x report x 4)``
+#: (items with many near-duplicates) it takes the k-NN search instead
+DEDUP_RANGE_CAP = 4096
+
+
+def _dedup_neighbours(state: LiveState, words: np.ndarray, radius: int, report: int,
+                      max_probes: int | None) -> tuple:
+    """CSR ``(lims, D, I)`` of the live items within ``radius`` of each of ``words``: every one
+    (a range search: the cheaper search, 10-20% less than k-NN within the radius here), or the
+    ``report`` nearest (k-NN within the radius) when the range search would pass its result cap
+    or its probe limit (k-NN switches to a scan instead of refusing)."""
+    cap = max(DEDUP_RANGE_CAP, len(words) * report * 4)
+    try:
+        return state.range_search(words, radius, max_probes=max_probes, max_results=cap)[:3]
+    except (ResultLimitError, ProbeLimitError):
+        D, I, _ = state.search(words, report, max_distance=radius, max_probes=max_probes)
+        return knn_to_csr(D, I)
 
 
 def _assemble_stats(nq: int, st_parts):
@@ -778,10 +798,9 @@ class LiveIndex:
             return DedupResult.empty(None if ids is not None else self.state.next_id)
         with self._write_lock:
             state = self.state
-            D, I, _ = state.search(words, int(report), max_distance=int(radius),
-                                   max_probes=max_probes)
+            found = _dedup_neighbours(state, words, int(radius), int(report), max_probes)
             first = state.next_id
-            result = screen(words, int(radius), self.bits, D, I, ids, first, int(report))
+            result = screen(words, int(radius), self.bits, found, ids, first, int(report))
             new = result.inserted
             if ids is None and first + result.n_inserted - 1 > MAX_ID:
                 raise ValueError(f"ids: the index gives ids after the largest ever written "
