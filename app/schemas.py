@@ -174,6 +174,53 @@ class DedupOut(BaseModel):
     items: list[DedupItem] = Field(description="one entry per code, in request order")
 
 
+class JobIn(Strict):
+    index: IndexNameStr = Field(description="the index whose live items the job reads (its "
+                                "state when the job starts; writes go on meanwhile)")
+    radius: Radius = Field(description="pairs at Hamming distance d <= radius (at most the "
+                           "index's bits)")
+    output: Literal["pairs", "clusters", "keep"] = Field(
+        "pairs", description="pairs: every pair a < b within the radius, once, ordered by "
+        "(a, b); clusters: per item the smallest id of its connected component of the pair "
+        "graph; keep: the ids kept by the greedy rule (lowest id first, every later item "
+        "within the radius of a kept one dropped)")
+
+
+class JobResultInfo(BaseModel):
+    rows: int = Field(description="records of the result (pairs, items, or kept ids)")
+    bytes: int = Field(description="size of the result file (binary records)")
+    pairs: int = Field(description="pairs within the radius")
+
+
+class JobInfo(BaseModel):
+    id: str
+    index: str
+    radius: int
+    output: str
+    state: str = Field(description="running, completed, failed (see reason) or cancelled")
+    reason: str | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    items: int = Field(description="live items the job reads")
+    items_done: int = Field(description="items whose pairs are all written")
+    pairs: int = Field(description="pairs written so far")
+    elapsed_s: float = Field(description="run time, restarts included")
+    remaining_s: float | None = Field(None, description="the join's cost model: predicted "
+                                      "seconds x the fraction of its search left")
+    resumed: int = Field(0, description="restarts the job resumed from its checkpoint")
+    algorithm: str | None = Field(None, description="the join's algorithm (scan, probe, blocks)")
+    phases: dict | None = Field(None, description="per phase of the join: measured_s and "
+                                "modeled_s")
+    prediction: dict | None = Field(None, description="the cost model's prediction before the "
+                                    "join ran (probes, candidates, pairs, seconds per phase)")
+    result: JobResultInfo | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobInfo]
+
+
 class DeleteIn(Strict):
     ids: list[ItemId]
 

@@ -59,8 +59,9 @@ from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_packed
 from bucketsearch.loadtest.transport import PooledHTTP, tls_context
 from bucketsearch.index.storage.dedup import DedupResult
 from bucketsearch.loadtest.wire import (CODE_FORMATS, JSON, OCTET, RemoteSearchStats, check_wire,
-                                        concat_csr, convert_words, decode_dedup, decode_search,
-                                        encode_search, knn_rows)
+                                        concat_csr, convert_words, decode_dedup,
+                                        decode_job_records, decode_search, encode_search,
+                                        knn_rows)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 MISSING = ("raise", "mask")
@@ -722,6 +723,45 @@ class _Base:
         yield Call("DELETE", index_path(name, "snapshots", path_segment(snapshot, "snapshot")),
                    idempotent=False)
 
+    def _g_start_job(self, index, radius, output):
+        resp = yield self._json("POST", "/v1/jobs", {"index": index, "radius": radius,
+                                                     "output": output}, idempotent=False)
+        return resp.json()
+
+    def _g_job(self, job_id):
+        resp = yield self._json("GET", "/v1/jobs/" + path_segment(job_id, "job_id"))
+        return resp.json()
+
+    def _g_jobs(self, index):
+        resp = yield Call("GET", "/v1/jobs", params=None if index is None else {"index": index},
+                          idempotent=True)
+        return resp.json()["jobs"]
+
+    def _g_cancel_job(self, job_id):
+        resp = yield self._json("POST", "/v1/jobs/" + path_segment(job_id, "job_id") +
+                                "/cancel", idempotent=False)
+        return resp.json()
+
+    def _g_delete_job(self, job_id):
+        yield self._json("DELETE", "/v1/jobs/" + path_segment(job_id, "job_id"),
+                         idempotent=False)
+
+    def _g_job_page(self, job_id, output, offset, rows):
+        """Records ``offset .. offset + rows`` of a completed job's result (binary)."""
+        resp = yield Call("GET", "/v1/jobs/" + path_segment(job_id, "job_id") + "/result",
+                          params={"format": "binary", "offset": int(offset), "limit": int(rows)},
+                          idempotent=True)
+        try:
+            return decode_job_records(resp.content, output)
+        except ValueError as exc:
+            raise ProtocolError(str(exc), status=resp.status_code) from None
+
+    @staticmethod
+    def _check_page_rows(rows) -> int:
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise ValueError(f"page_rows must be an int >= 1, got {rows!r}")
+        return int(rows)
+
     # -- the public API (returns awaitables on AsyncClient) --------------------------------
     def create_index(self, name: str, bits: int, mode: str = "auto",
                      substrings: int | None = None):
@@ -840,6 +880,30 @@ class _Base:
         """Remove a snapshot from the server."""
         return self._run(self._g_delete_snapshot(name, snapshot))
 
+    def start_job(self, index: str, radius: int, output: str = "pairs") -> dict:
+        """Start a near-duplicate job on the server (``POST /v1/jobs``): every pair of the
+        index's items within ``radius`` (``output="pairs"``), their clusters (``"clusters"``)
+        or the keep-list (``"keep"``), over the index's state now. Returns its status (``id``,
+        ``state``, progress); never retried."""
+        return self._run(self._g_start_job(index, radius, output))
+
+    def job(self, job_id: str) -> dict:
+        """A job's status: state, items done, pairs so far, elapsed and remaining seconds,
+        the join's measured against modeled phases, the result's size once completed."""
+        return self._run(self._g_job(job_id))
+
+    def jobs(self, index: str | None = None) -> list[dict]:
+        """Every job's status (only those of ``index`` when given)."""
+        return self._run(self._g_jobs(index))
+
+    def cancel_job(self, job_id: str) -> dict:
+        """Stop a running job; returns its status."""
+        return self._run(self._g_cancel_job(job_id))
+
+    def delete_job(self, job_id: str) -> None:
+        """Remove a finished job and its files from the server."""
+        return self._run(self._g_delete_job(job_id))
+
 
 def _decoded(resp: httpx.Response):
     try:
@@ -916,6 +980,32 @@ class Client(_Base):
                 return call
             value, exc = self._attempt(call)
 
+    def wait_job(self, job_id: str, timeout: float = 3600.0, poll: float = 0.2) -> dict:
+        """Poll a job until it is no longer running; its status (``TimeoutError`` after
+        ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while (info := self.job(job_id))["state"] == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still running after {timeout} s")
+            time.sleep(poll)
+        return info
+
+    def job_result(self, job_id: str, page_rows: int = 1 << 20):
+        """Iterate over a completed job's result, ``page_rows`` records per request (each a
+        structured array of :data:`~bucketsearch.loadtest.wire.JOB_RECORDS`: ``a, b, d``
+        pairs, ``id, cluster``, or ``id``), never the whole result in memory; pages are
+        retried. :class:`Conflict` when the job has not completed."""
+        rows = self._check_page_rows(page_rows)
+        info = self.job(job_id)
+        total = (info.get("result") or {}).get("rows", 0)
+        offset = 0
+        while offset < total or offset == 0:
+            page = self._run(self._g_job_page(job_id, info["output"], offset, rows))
+            if not len(page):
+                return
+            yield page
+            offset += len(page)
+
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
@@ -964,6 +1054,28 @@ class AsyncClient(_Base):
             if done:
                 return call
             value, exc = await self._attempt(call)
+
+    async def wait_job(self, job_id: str, timeout: float = 3600.0, poll: float = 0.2) -> dict:
+        """Poll a job until it is no longer running; its status."""
+        deadline = time.monotonic() + timeout
+        while (info := await self.job(job_id))["state"] == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still running after {timeout} s")
+            await asyncio.sleep(poll)
+        return info
+
+    async def job_result(self, job_id: str, page_rows: int = 1 << 20):
+        """``async for page in client.job_result(id)``: as :meth:`Client.job_result`."""
+        rows = self._check_page_rows(page_rows)
+        info = await self.job(job_id)
+        total = (info.get("result") or {}).get("rows", 0)
+        offset = 0
+        while offset < total or offset == 0:
+            page = await self._run(self._g_job_page(job_id, info["output"], offset, rows))
+            if not len(page):
+                return
+            yield page
+            offset += len(page)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -276,3 +276,19 @@ def decode_dedup(resp: httpx.Response):
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"unreadable dedup answer ({ctype or 'no content-type'}): "
                          f"{type(exc).__name__} {exc}") from None
+
+
+#: records of a job's result (``GET /v1/jobs/{id}/result?format=binary``), little-endian
+JOB_RECORDS = {"pairs": np.dtype([("a", "<i8"), ("b", "<i8"), ("d", "<i4")]),
+               "clusters": np.dtype([("id", "<i8"), ("cluster", "<i8")]),
+               "keep": np.dtype([("id", "<i8")])}
+
+
+def decode_job_records(buf: bytes, output: str) -> np.ndarray:
+    """A binary page of a job's result -> structured array of :data:`JOB_RECORDS`
+    ``[output]`` (a copy, native byte order); ValueError when the size does not fit."""
+    rec = JOB_RECORDS[output]
+    if len(buf) % rec.itemsize:
+        raise ValueError(f"job result: {len(buf)} bytes is not a multiple of the "
+                         f"{rec.itemsize}-byte {output} record")
+    return np.frombuffer(buf, dtype=rec).copy()
