@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.app.redact import redact
 from bucketsearch.app.registry import require_in_process
 from bucketsearch.index.storage import fsio, store
 
@@ -231,9 +232,10 @@ class JobManager:
         return [j for j in jobs if index is None or j.index == index]
 
     def cancel(self, job_id: str) -> Job:
+        """Stop a running job (a finished one is left as it is: cancel is idempotent)."""
         job = self.get(job_id)
         if job.state != "running":
-            raise JobConflict(f"job {job_id!r} is {job.state}, not running")
+            return job
         job.stop = "cancel"
         if job.stats is not None:
             job.stats.cancel()
@@ -424,7 +426,7 @@ class JobManager:
         else:
             done = self._items_below(job, min_id)
         return {"id": job.id, "index": job.index, "radius": job.radius, "output": job.output,
-                "state": job.state, "reason": job.reason, "created_at": job.created_at,
+                "state": job.state, "reason": redact(job.reason, self.settings), "created_at": job.created_at,
                 "started_at": job.started_at, "finished_at": job.finished_at,
                 "items": job.items, "items_done": done,
                 "pairs": job.live_pairs if running else job.checkpoint.get("pairs", 0),

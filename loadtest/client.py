@@ -739,7 +739,7 @@ class _Base:
 
     def _g_cancel_job(self, job_id):
         resp = yield self._json("POST", "/v1/jobs/" + path_segment(job_id, "job_id") +
-                                "/cancel", idempotent=False)
+                                "/cancel")  # idempotent: a finished job is left as it is
         return resp.json()
 
     def _g_delete_job(self, job_id):

@@ -63,7 +63,8 @@ def get_job(job_id: JobId, request: Request, registry: RegistryDep) -> dict:
 
 @router.post("/{job_id}/cancel", response_model=JobInfo, dependencies=[WriteAuth])
 def cancel_job(job_id: JobId, request: Request, registry: RegistryDep) -> dict:
-    """Stop a running job (its partial files are removed); 409 if it is not running."""
+    """Stop a running job (its partial files are removed); a job that is not running is left
+    as it is (cancel is idempotent): the answer is its status."""
     jobs = jobs_of(request)
     return jobs.info(jobs.cancel(job_id))
 
