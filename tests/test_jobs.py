@@ -268,3 +268,41 @@ def test_sigkill_mid_job_resumes_and_never_serves_a_partial_result(bucketsearch_
     # the planted pairs (i - 3, i) at distance <= 2 are all there
     planted = np.arange(3, n, 3)
     assert np.isin((planted - 3) * n + planted, key).all()
+
+
+def test_the_clients_job_methods_page_through_the_result(bucketsearch_server_factory, tmp_path):
+    """Client and AsyncClient: start, wait, list, pages of the result (equal to brute force
+    however the pages fall), cancel (idempotent), delete."""
+    import asyncio
+
+    from bucketsearch.loadtest.client import AsyncClient, NotFound
+    srv = bucketsearch_server_factory(tmp_path / "data")
+    bits, radius = 24, 3
+    words = codes(np.random.default_rng(6), 500, bits, dup_every=2)
+    pairs, clusters, keep = brute(np.arange(500), words, bits, radius)
+    with Client(srv.url) as c:
+        c.create_index("x", bits)
+        c.add("x", words, ids=np.arange(500))
+        job = c.start_job("x", radius, "pairs")
+        info = c.wait_job(job["id"])
+        assert info["state"] == "completed" and [j["id"] for j in c.jobs("x")] == [job["id"]]
+        pages = list(c.job_result(job["id"], page_rows=37))
+        assert all(len(p) == 37 for p in pages[:-1])
+        assert [tuple(r) for p in pages for r in p.tolist()] == pairs
+        assert c.cancel_job(job["id"])["state"] == "completed"  # finished: left as it is
+        keep_job = c.start_job("x", radius, "keep")
+
+    async def run():
+        async with AsyncClient(srv.url) as ac:
+            info = await ac.wait_job(keep_job["id"])
+            got = [r for page in [p async for p in ac.job_result(keep_job["id"], page_rows=100)]
+                   for r in page["id"].tolist()]
+            await ac.delete_job(keep_job["id"])
+            return info, got
+    info, got = asyncio.run(run())
+    assert info["state"] == "completed" and got == keep
+    with Client(srv.url) as c:
+        with pytest.raises(NotFound):
+            c.job(keep_job["id"])
+        with pytest.raises(ValueError, match="page_rows"):
+            next(c.job_result(job["id"], page_rows=0))
