@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import naive
+import naive_dedup
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -83,7 +84,7 @@ def test_screen_matches_the_twin(bits, radius, n_live, n, report, kind, auto, bl
         found = (np.zeros(n + 1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
     result = screen(words, radius, bits, found, ids, first_id=5000, report=report, block=block,
                     index_from=index_from)
-    _check(result, naive.dedup_insert(live, live_ids, words, ids, bits, radius, report, 5000))
+    _check(result, naive_dedup.dedup_insert(live, live_ids, words, ids, bits, radius, report, 5000))
     assert result.first_id == (5000 if auto else None)
 
 
@@ -106,7 +107,7 @@ def test_add_dedup_over_main_delta_and_tombstones(tmp_path, bits):
         auto = step % 3 == 0
         ids = None if auto else np.arange(1000 * step, 1000 * step + len(words))
         live_ids, live_words = arrays()
-        twin = naive.dedup_insert(live_words, live_ids, words, ids, bits, radius, 4,
+        twin = naive_dedup.dedup_insert(live_words, live_ids, words, ids, bits, radius, 4,
                                   live.state.next_id)
         result = live.add_dedup(words, radius, ids, report=4)
         _check(result, twin)
@@ -208,6 +209,6 @@ def test_many_near_duplicates_or_a_probe_limit_take_the_knn_search(tmp_path, mon
     base = _codes(rng, 30, 64, "clustered")
     live.add(base, np.arange(30))
     batch = _codes(rng, 20, 64, "clustered")
-    twin = naive.dedup_insert(base, np.arange(30), batch, None, 64, 3, 5, 30)
+    twin = naive_dedup.dedup_insert(base, np.arange(30), batch, None, 64, 3, 5, 30)
     _check(live.add_dedup(batch, 3, report=5), twin)
     live.close()

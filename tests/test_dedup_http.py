@@ -13,6 +13,7 @@ import threading
 
 import httpx
 import naive
+import naive_dedup
 import numpy as np
 import pytest
 from helpers import app_client, create_index
@@ -35,7 +36,7 @@ def clustered(rng, n, bits=BITS, centers=6, flips=6):
 
 
 def twin_of(live_words, live_ids, words, ids, report=10, first_id=0, radius=RADIUS):
-    return naive.dedup_insert(live_words, live_ids, words, ids, BITS, radius, report, first_id)
+    return naive_dedup.dedup_insert(live_words, live_ids, words, ids, BITS, radius, report, first_id)
 
 
 def check(got, twin):
