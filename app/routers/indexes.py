@@ -14,7 +14,6 @@ from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, Reg
 from bucketsearch.app.encode import dedup_binary, dedup_json
 from bucketsearch.app.parsing import (check_batch, content_type, parse_dedup, parse_items,
                                       unsupported_media_type, wants_binary)
-from bucketsearch.app.registry import require_in_process
 from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DedupIn, DedupOut, DeleteIn, GetIn,
                                       GetOut, IndexInfo, IndexList, ItemsIn, SetMode,
                                       SnapshotInfo, WriteOut, json_or_octet_body)
@@ -166,7 +165,6 @@ def add_items_dedup(entry: EntryDep, request: Request, body: BodyBytes, settings
                     radius: RadiusParam = None, max_reported: MaxReported = None,
                     first_id: FirstId = None, auto_ids: AutoIds = False) -> Response:
     """Dedup on ingest: insert the items that have no near-duplicate within ``radius``."""
-    require_in_process(entry, "dedup insert")
     job = parse_dedup(body, content_type(request), entry.bits, settings,
                       {"radius": radius, "max_reported": max_reported, "first_id": first_id,
                        "auto_ids": auto_ids})

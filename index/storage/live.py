@@ -358,9 +358,11 @@ class LiveState:
 DEDUP_RANGE_CAP = 4096
 
 
-def _dedup_neighbours(state: LiveState, words: np.ndarray, radius: int, report: int,
+def dedup_neighbours(state, words: np.ndarray, radius: int, report: int,
                       max_probes: int | None) -> tuple:
-    """CSR ``(lims, D, I)`` of the live items within ``radius`` of each of ``words``: every one
+    """CSR ``(lims, D, I)`` of the live items within ``radius`` of each of ``words`` in
+    ``state`` (a :class:`LiveState`, or anything with its ``range_search`` and ``search``: a
+    sharded index's state): every one
     (a range search: the cheaper search, 10-20% less than k-NN within the radius here), or the
     ``report`` nearest (k-NN within the radius) when the range search would pass its result cap
     or its probe limit (k-NN switches to a scan instead of refusing)."""
@@ -370,6 +372,18 @@ def _dedup_neighbours(state: LiveState, words: np.ndarray, radius: int, report: 
     except (ResultLimitError, ProbeLimitError):
         D, I, _ = state.search(words, report, max_distance=radius, max_probes=max_probes)
         return knn_to_csr(D, I)
+
+
+def dedup_batch(codes, ids, radius, report, bits: int):
+    """``(ids or None, words)`` of a dedup insert, its radius and report checked."""
+    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) \
+            or not 0 <= radius <= bits:
+        raise ValueError(f"radius must be an int in [0, bits={bits}], got {radius!r}")
+    if isinstance(report, bool) or not isinstance(report, (int, np.integer)) or report < 1:
+        raise ValueError(f"report must be an int >= 1, got {report!r}")
+    if ids is None:
+        return None, np.ascontiguousarray(as_words(codes, bits))
+    return write_batch(codes, ids, bits)
 
 
 def _assemble_stats(nq: int, st_parts):
@@ -785,20 +799,12 @@ class LiveIndex:
         blocked by its own first copy, at distance 0). ``max_probes``: each item's probe budget
         (its search switches to a scan past it, as k-NN does; never refused)."""
         self._check_writable()
-        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) \
-                or not 0 <= radius <= self.bits:
-            raise ValueError(f"radius must be an int in [0, bits={self.bits}], got {radius!r}")
-        if isinstance(report, bool) or not isinstance(report, (int, np.integer)) or report < 1:
-            raise ValueError(f"report must be an int >= 1, got {report!r}")
-        if ids is None:
-            words = np.ascontiguousarray(as_words(codes, self.bits))
-        else:
-            ids, words = write_batch(codes, ids, self.bits)
+        ids, words = dedup_batch(codes, ids, radius, report, self.bits)
         if not len(words):
             return DedupResult.empty(None if ids is not None else self.state.next_id)
         with self._write_lock:
             state = self.state
-            found = _dedup_neighbours(state, words, int(radius), int(report), max_probes)
+            found = dedup_neighbours(state, words, int(radius), int(report), max_probes)
             first = state.next_id
             result = screen(words, int(radius), self.bits, found, ids, first, int(report))
             new = result.inserted
