@@ -189,7 +189,7 @@ class JobManager:
             raise ValueError(f"output must be one of {', '.join(OUTPUTS)}, got {output!r}")
         if isinstance(radius, bool) or not isinstance(radius, int) \
                 or not 0 <= radius <= entry.bits:
-            raise ValueError(f"radius must be an int in [0, bits={entry.bits}], got {radius!r}")
+            raise ValueError(f"radius must be in [0, bits={entry.bits}], got {radius!r}")
         with self._lock:
             running = [j for j in self.jobs.values()
                        if j.index == entry.name and j.state == "running"]

@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 
 from bucketsearch.app.deps import ReadAuth, RegistryDep, WriteAuth
 from bucketsearch.app.jobs import MEDIA_TYPES, JobManager
-from bucketsearch.app.schemas import JobIn, JobInfo, JobList
+from bucketsearch.app.schemas import ErrorOut, JobIn, JobInfo, JobList
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="the job's id")]
@@ -79,7 +79,9 @@ def delete_job(job_id: JobId, request: Request, registry: RegistryDep) -> Respon
 @router.get("/{job_id}/result", dependencies=[ReadAuth], response_class=StreamingResponse,
             description=RESULT_LAYOUT,
             responses={200: {"content": {t: {"schema": {"type": "string", "format": "binary"}}
-                                         for t in MEDIA_TYPES.values()}}})
+                                         for t in MEDIA_TYPES.values()}},
+                       409: {"model": ErrorOut, "description": "the job has not completed "
+                             "(running, failed or cancelled): no partial result is served"}})
 def job_result(job_id: JobId, request: Request, registry: RegistryDep,
                format: Annotated[Literal["ndjson", "csv", "binary", "parquet"],
                                  Query(description="ndjson, csv, binary or parquet")] = "ndjson",

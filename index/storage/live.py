@@ -378,7 +378,7 @@ def dedup_batch(codes, ids, radius, report, bits: int):
     """``(ids or None, words)`` of a dedup insert, its radius and report checked."""
     if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) \
             or not 0 <= radius <= bits:
-        raise ValueError(f"radius must be an int in [0, bits={bits}], got {radius!r}")
+        raise ValueError(f"radius must be in [0, bits={bits}], got {radius!r}")
     if isinstance(report, bool) or not isinstance(report, (int, np.integer)) or report < 1:
         raise ValueError(f"report must be an int >= 1, got {report!r}")
     if ids is None:
