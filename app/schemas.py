@@ -126,8 +126,8 @@ class ItemsIn(Strict):
     codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits order")
 
 
-#: a radius of a dedup insert or a join: a strict int (true/false and 3.0 are refused)
-Radius = Annotated[int, Field(strict=True, ge=0, le=256)]
+#: a radius of a dedup insert or a join (an integer: true/false and "3" are refused, 3.0 is 3)
+Radius = int_in(0, 256)
 #: the blocking items a dedup insert reports per rejected item, nearest first
 DEDUP_REPORT = 10
 
@@ -142,7 +142,7 @@ class DedupIn(Strict):
     radius: Radius = Field(description="an item is inserted only when no live item and no "
                            "earlier inserted item of the request lies at d <= radius "
                            "(at most the index's bits)")
-    max_reported: int = Field(DEDUP_REPORT, strict=True, ge=1, description="blocking items "
+    max_reported: int_in(1) = Field(DEDUP_REPORT, description="blocking items "
                               "reported per rejected item, nearest first by (distance, id) "
                               "(at most max_k)")
 

@@ -109,7 +109,8 @@ def test_ids_given_by_the_index_and_a_resend(tmp_path):
 
 @pytest.mark.parametrize("request_args, status, field", [
     (dict(json={"codes": ["00" * 8], "radius": True}), 400, "radius"),
-    (dict(json={"codes": ["00" * 8], "radius": 2.0}), 400, "radius"),
+    (dict(json={"codes": ["00" * 8], "radius": 2.5}), 400, "radius"),
+    (dict(json={"codes": ["00" * 8], "radius": "2"}), 400, "radius"),
     (dict(json={"codes": ["00" * 8], "radius": 65}), 400, "radius"),
     (dict(json={"codes": ["00" * 8], "radius": -1}), 400, "radius"),
     (dict(json={"codes": ["00" * 8]}), 400, "radius"),

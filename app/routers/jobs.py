@@ -33,7 +33,8 @@ def jobs_of(request: Request) -> JobManager:
     return request.app.state.jobs
 
 
-@router.post("", status_code=202, response_model=JobInfo, dependencies=[WriteAuth])
+@router.post("", status_code=202, response_model=JobInfo, dependencies=[WriteAuth],
+             responses={404: {"model": ErrorOut, "description": "unknown index"}})
 def start_job(body: JobIn, request: Request, registry: RegistryDep) -> dict:
     """Start a job on an index: every pair of its live items within ``radius``, their
     clusters, or the keep-list, over the index's state at this moment (its items are copied to
