@@ -10,8 +10,10 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import orjson
 
 from bucketsearch.index._jit import njit
+from bucketsearch.index.base import knn_to_csr  # noqa: F401 -- the routers import it from here
 
 _HEAD = np.frombuffer(b'{"ids":[', dtype=np.uint8)
 _MID = np.frombuffer(b'],"distances":[', dtype=np.uint8)
@@ -90,14 +92,6 @@ def results_json(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
                      np.ascontiguousarray(I, dtype=np.int64), _HEAD, _MID, _TAIL).tobytes()
 
 
-def knn_to_csr(D: np.ndarray, I: np.ndarray):
-    """k-NN rows padded with id -1 -> CSR ``(lims, D, I)`` without the padding."""
-    keep = I >= 0
-    lims = np.zeros(len(I) + 1, dtype=np.int64)
-    np.cumsum(keep.sum(axis=1), out=lims[1:])
-    return lims, D[keep], I[keep]
-
-
 def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
     """The ``Accept: application/octet-stream`` answer of a search: ``u64 nq | i64 lims[nq+1]
     | i64 ids[n] | i32 distances[n]``, little-endian, ``n = lims[nq]``; query ``q``'s results
@@ -106,3 +100,26 @@ def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
     # instead of ~5 us for a small answer
     return b"".join((struct.pack("<Q", len(lims) - 1), lims.astype("<i8", copy=False).tobytes(),
                      I.astype("<i8", copy=False).tobytes(), D.astype("<i4", copy=False).tobytes()))
+
+
+def dedup_binary(result) -> bytes:
+    """The ``Accept: application/octet-stream`` answer of a dedup insert
+    (:class:`index.storage.dedup.DedupResult`): ``u64 n | i64 item_ids[n] | i64 lims[n+1] |
+    i64 duplicate_of[m] | i32 distances[m]``, little-endian, ``m = lims[n]``: item ``j`` was
+    inserted iff ``lims[j] == lims[j+1]``; ``item_ids[j]`` is -1 for a rejected item of a
+    request without ids. After ``item_ids`` it is the search's binary layout."""
+    return b"".join((struct.pack("<Q", len(result.ids)),
+                     result.ids.astype("<i8", copy=False).tobytes(),
+                     results_binary(result.lims, result.D, result.I)[8:]))
+
+
+def dedup_json(result, size: int) -> bytes:
+    """The JSON answer of a dedup insert (app.schemas.DedupOut)."""
+    lims = result.lims.tolist()
+    I, D = result.I.tolist(), result.D.tolist()
+    ids, inserted = result.ids.tolist(), result.inserted.tolist()
+    items = [{"id": ids[j] if ids[j] >= 0 else None, "inserted": inserted[j],
+              "duplicate_of": I[lims[j]:lims[j + 1]], "distances": D[lims[j]:lims[j + 1]]}
+             for j in range(len(ids))]
+    return orjson.dumps({"inserted": result.n_inserted, "rejected": result.n_rejected,
+                         "first_id": result.first_id, "size": int(size), "items": items})

@@ -19,6 +19,7 @@ from starlette._utils import get_route_path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bucketsearch.app.guard import flat_routes
+from bucketsearch.app.jobs import JobConflict, JobNotFound
 from bucketsearch.app.registry import (IndexExists, IndexLimit, IndexNotFound, IndexUnavailable,
                                        NotOnShards, SnapshotNotFound)
 from bucketsearch.index.storage.live import DuplicateIdError
@@ -129,6 +130,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IndexLimit)
     @app.exception_handler(NotOnShards)
+    @app.exception_handler(JobConflict)
     async def too_many(request: Request, exc: LookupError):
         return _json(409, str(exc))
 
@@ -144,6 +146,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IndexNotFound)
     @app.exception_handler(SnapshotNotFound)
+    @app.exception_handler(JobNotFound)
     async def not_found(request: Request, exc: LookupError):
         return _json(404, str(exc))
 

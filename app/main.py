@@ -17,12 +17,13 @@ from bucketsearch import __version__
 from bucketsearch.app import errors
 from bucketsearch.app.deps import declared_permission
 from bucketsearch.app.guard import AccessPolicy, Guard
+from bucketsearch.app.jobs import JobManager
 from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
 from bucketsearch.app.raysession import stop_ray
 from bucketsearch.app.registry import Registry
 from bucketsearch.app.routers import (advise, audit, costmodel, dashboard, evaluate, health,
-                                      indexes, sample, search, ui)
+                                      indexes, jobs, sample, search, ui)
 from bucketsearch.app.settings import Settings, warn_unknown_env
 from bucketsearch.app.startup import start_up
 
@@ -45,6 +46,7 @@ async def lifespan(app: FastAPI):
     app.state.ready = False
     app.state.startup_detail = "starting"
     app.state.registry = Registry(app.state.settings)
+    app.state.jobs = JobManager(app.state.settings)
     loader = threading.Thread(target=start_up, args=(app,), name="bucketsearch-startup",
                               daemon=True)
     loader.start()
@@ -55,6 +57,7 @@ async def lifespan(app: FastAPI):
         app.state.ready = False
         await run_in_threadpool(loader.join)
         await run_in_threadpool(app.state.metrics.close)  # a worker's last figures
+        await run_in_threadpool(app.state.jobs.close)  # running jobs stop at a checkpoint
         try:
             await run_in_threadpool(app.state.registry.close)
         finally:  # serve --shards: Ray's processes end with the server
@@ -62,7 +65,8 @@ async def lifespan(app: FastAPI):
 
 
 ROUTERS = (health.router, indexes.router, search.router, costmodel.router, evaluate.router,
-           sample.router, dashboard.router, ui.router, advise.router, audit.router)
+           sample.router, dashboard.router, ui.router, advise.router, audit.router,
+           jobs.router)
 
 
 def access_policy(app: FastAPI) -> AccessPolicy:

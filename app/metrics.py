@@ -241,6 +241,9 @@ class AppMetrics:
         self.rejections = Counter(
             "bucketsearch_http_rejected", "requests the guard answered before the route ran",
             ["reason"], registry=own)  # auth, concurrency, body_size, body_timeout
+        self.dedup = Counter("bucketsearch_dedup_items", "items of dedup inserts, by outcome "
+                             "(inserted, or rejected as a near-duplicate)", ["index", "outcome"],
+                             registry=own)
         self._series: dict[tuple, tuple] = {}  # (method, route, status): request_series
         self.search = SearchCollector(app, self.directory)
         self.publisher = None
@@ -256,6 +259,7 @@ class AppMetrics:
                 getattr(app.state, "registry", None)), gauges)
         self.registry.register(self.search)
         self.registry.register(AuditCollector(app))
+        self.registry.register(JobCollector(app))
 
     def request_series(self, method: str, route: str, status: int) -> tuple:
         """The request counter and latency histogram of one (method, route, status), looked up
@@ -267,11 +271,61 @@ class AppMetrics:
                                           self.latency.labels(method, route))
         return series
 
+    def count_dedup(self, index: str, inserted: int, rejected: int) -> None:
+        """One dedup insert's outcome (``bucketsearch_dedup_items``)."""
+        if inserted:
+            self.dedup.labels(index, "inserted").inc(inserted)
+        if rejected:
+            self.dedup.labels(index, "rejected").inc(rejected)
+
     def close(self) -> None:
         """At shutdown: a worker writes its search figures a last time and removes its live
         gauges (:class:`app.workermetrics.Publisher`); nothing to do with one process."""
         if self.publisher is not None:
             self.publisher.close()
+
+
+class JobCollector:
+    """Near-duplicate jobs (app/jobs.py) at scrape time: jobs by state, and per index the
+    running jobs' pairs written and fraction of items done; jobs started (or resumed) and
+    finished since the server started."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def collect(self):
+        jobs = getattr(self.app.state, "jobs", None)
+        by_state = GaugeMetricFamily("bucketsearch_jobs", "jobs known to the server, by state",
+                                     labels=["state"])
+        pairs = GaugeMetricFamily("bucketsearch_job_pairs", "pairs written so far by the "
+                                  "running jobs of the index", labels=["index"])
+        done = GaugeMetricFamily("bucketsearch_job_items_done_ratio", "running jobs of the "
+                                 "index: items whose pairs are all written / items",
+                                 labels=["index"])
+        started = CounterMetricFamily("bucketsearch_jobs_started", "jobs started or resumed "
+                                      "since the server started")
+        ended = CounterMetricFamily("bucketsearch_jobs_finished", "jobs that ended since the "
+                                    "server started, by state", labels=["state"])
+        if jobs is not None:
+            counts = {state: 0 for state in ("running", "completed", "failed", "cancelled")}
+            per_index: dict[str, list] = {}
+            for job in list(jobs.jobs.values()):
+                counts[job.state] = counts.get(job.state, 0) + 1
+                if job.state == "running":
+                    info = jobs.info(job)
+                    acc = per_index.setdefault(job.index, [0, 0, 0])
+                    acc[0] += info["pairs"]
+                    acc[1] += info["items_done"]
+                    acc[2] += info["items"]
+            for state, n in counts.items():
+                by_state.add_metric([state], n)
+            for index, (n_pairs, n_done, n_items) in per_index.items():
+                pairs.add_metric([index], n_pairs)
+                done.add_metric([index], n_done / n_items if n_items else 1.0)
+            started.add_metric([], jobs.started)
+            for state, n in jobs.finished.items():
+                ended.add_metric([state], n)
+        yield from (by_state, pairs, done, started, ended)
 
 
 class WorkerPruner:

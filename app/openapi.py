@@ -28,6 +28,11 @@ SCHEMA_CANNOT_STATE = (
      "a search's query parameters go with an octet-stream body, which needs max_distance, k "
      "or both"),
     (r"substrings applies to mode", "substrings only with mode mih or auto"),
+    (r"give the query parameter radius", "a dedup insert's octet-stream body needs the query "
+     "parameter radius"),
+    (r"max_reported: \d+ exceeds the limit max_k", "a dedup insert's max_reported at most "
+     "max_k"),
+    (r"parquet needs pyarrow", "a job result as parquet only on a server with pyarrow"),
     (r"give ids in the body or .*, not both|give first_id or auto_ids=true, not both|"
      r"ids: \d+ ids for \d+ codes|an upsert needs one id per code|overflows int64",
      "one id per code: ids in the body, or first_id / auto_ids, not both; an upsert names its "

@@ -2,8 +2,8 @@
 
 * JSON bodies validated into the one 400 error shape (app/errors.py): ``validate_json_body``;
 * hex codes: ``parse_hex``;
-* insert bodies of either Content-Type (``parse_items``; octet-stream: ``parse_raw_items``)
-  and search bodies (``parse_search``, JSON or octet-stream, into a ``SearchJob``);
+* insert bodies of either Content-Type (``parse_items``; octet-stream: ``parse_raw_items``),
+  dedup inserts (``parse_dedup``, into a ``DedupJob``) and search bodies (``parse_search``, JSON or octet-stream, into a ``SearchJob``);
 * the batch limits checked while a body is parsed: ``check_batch`` (413), ``check_knn``;
 * headers: ``content_type``, ``wants_binary``.
 
@@ -18,7 +18,7 @@ from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from bucketsearch.app.schemas import MAX_ID, ItemsIn, SearchRequest
+from bucketsearch.app.schemas import DEDUP_REPORT, MAX_ID, DedupIn, ItemsIn, SearchRequest
 from bucketsearch.index.codes import n_bytes, pack_bytes, pack_hex
 
 
@@ -191,3 +191,47 @@ def parse_search(body: bytes, ctype: str, bits: int, settings, params: dict,
         raise ValueError("stats: the per-radius counters come only in the JSON answer; drop "
                          "'Accept: application/octet-stream' or stats")
     return job
+
+
+@dataclass(frozen=True)
+class DedupJob:
+    """A parsed dedup insert: ids (None: the index gives them), words, radius, report."""
+
+    ids: np.ndarray | None
+    words: np.ndarray
+    radius: int
+    report: int
+
+
+def parse_dedup(body: bytes, ctype: str, bits: int, settings, params: dict) -> DedupJob:
+    """Decode a dedup insert (app/routers/indexes.py DEDUP_LAYOUT): octet-stream as an insert
+    body with ``radius``, ``max_reported``, ``first_id``, ``auto_ids`` in the query string;
+    JSON as :class:`DedupIn`. ``max_batch`` (413), ``max_reported <= max_k`` and ``items x
+    max_reported <= max_results`` are checked before any work."""
+    if ctype == "application/octet-stream":
+        if params["radius"] is None:
+            raise ValueError("radius: give the query parameter radius (an item is inserted "
+                             "only when nothing lies at d <= radius)")
+        ids, words = parse_raw_items(body, bits, params["first_id"], params["auto_ids"])
+        check_batch(len(words), settings, "body")
+        radius = params["radius"]
+        report = DEDUP_REPORT if params["max_reported"] is None else params["max_reported"]
+    elif ctype in ("application/json", ""):
+        given = [name for name, value in params.items() if value not in (None, False)]
+        if given:
+            raise ValueError(f"{given[0]}: query parameters are only read with Content-Type "
+                             "application/octet-stream; put it in the JSON body")
+        req = validate_json_body(DedupIn, body)
+        check_batch(len(req.codes), settings, "codes")
+        words = parse_hex(req.codes, bits)
+        ids = None if req.ids is None else np.asarray(req.ids, dtype=np.int64)
+        radius, report = req.radius, req.max_reported
+    else:
+        raise unsupported_media_type(ctype)
+    if report > settings.max_k:
+        raise ValueError(f"max_reported: {report} exceeds the limit max_k={settings.max_k}")
+    if len(words) * report > settings.max_results:
+        raise ValueError(f"max_reported: {len(words)} items x {report} = {len(words) * report:,}"
+                         f" reported ids, more than max_results={settings.max_results}; send "
+                         "fewer items per request or a smaller max_reported")
+    return DedupJob(ids, words, radius, report)

@@ -126,6 +126,101 @@ class ItemsIn(Strict):
     codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits order")
 
 
+#: a radius of a dedup insert or a join (an integer: true/false and "3" are refused, 3.0 is 3)
+Radius = int_in(0, 256)
+#: the blocking items a dedup insert reports per rejected item, nearest first
+DEDUP_REPORT = 10
+
+
+class DedupIn(Strict):
+    codes: list[HexCode] = Field(description="hex codes, 2*ceil(bits/8) digits, np.packbits "
+                                 "order, in request order (an earlier inserted item blocks a "
+                                 "later one within the radius)")
+    ids: list[ItemId] | None = Field(None, description="one non-negative int64 id per code, "
+                                     "unique; omitted: the index gives the inserted items the "
+                                     "ids next_id, next_id+1, ... (first_id in the answer)")
+    radius: Radius = Field(description="an item is inserted only when no live item and no "
+                           "earlier inserted item of the request lies at d <= radius "
+                           "(at most the index's bits)")
+    max_reported: int_in(1) = Field(DEDUP_REPORT, description="blocking items "
+                              "reported per rejected item, nearest first by (distance, id) "
+                              "(at most max_k)")
+
+    @model_validator(mode="after")
+    def _one_id_per_code(self):
+        if self.ids is not None and len(self.ids) != len(self.codes):
+            raise ValueError(f"ids: {len(self.ids)} ids for {len(self.codes)} codes (one id "
+                             "per code)")
+        return self
+
+
+class DedupItem(BaseModel):
+    id: int | None = Field(description="the item's id (given, or given by the index when "
+                           "inserted); null for a rejected item of a request without ids")
+    inserted: bool
+    duplicate_of: list[int] = Field(description="rejected: the ids of the items that blocked "
+                                    "it (live, or inserted earlier by this request), nearest "
+                                    "first by (distance, id), at most max_reported; [] when "
+                                    "inserted")
+    distances: list[int] = Field(description="their Hamming distances")
+
+
+class DedupOut(BaseModel):
+    inserted: int = Field(description="items inserted")
+    rejected: int = Field(description="items rejected as near-duplicates")
+    first_id: int | None = Field(None, description="a request without ids: the inserted items "
+                                 "got first_id, first_id+1, ... in request order")
+    size: int = Field(description="live items after the write")
+    items: list[DedupItem] = Field(description="one entry per code, in request order")
+
+
+class JobIn(Strict):
+    index: IndexNameStr = Field(description="the index whose live items the job reads (its "
+                                "state when the job starts; writes go on meanwhile)")
+    radius: Radius = Field(description="pairs at Hamming distance d <= radius (at most the "
+                           "index's bits)")
+    output: Literal["pairs", "clusters", "keep"] = Field(
+        "pairs", description="pairs: every pair a < b within the radius, once, ordered by "
+        "(a, b); clusters: per item the smallest id of its connected component of the pair "
+        "graph; keep: the ids kept by the greedy rule (lowest id first, every later item "
+        "within the radius of a kept one dropped)")
+
+
+class JobResultInfo(BaseModel):
+    rows: int = Field(description="records of the result (pairs, items, or kept ids)")
+    bytes: int = Field(description="size of the result file (binary records)")
+    pairs: int = Field(description="pairs within the radius")
+
+
+class JobInfo(BaseModel):
+    id: str
+    index: str
+    radius: int
+    output: str
+    state: str = Field(description="running, completed, failed (see reason) or cancelled")
+    reason: str | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    items: int = Field(description="live items the job reads")
+    items_done: int = Field(description="items whose pairs are all written")
+    pairs: int = Field(description="pairs written so far")
+    elapsed_s: float = Field(description="run time, restarts included")
+    remaining_s: float | None = Field(None, description="the join's cost model: predicted "
+                                      "seconds x the fraction of its search left")
+    resumed: int = Field(0, description="restarts the job resumed from its checkpoint")
+    algorithm: str | None = Field(None, description="the join's algorithm (scan, probe, blocks)")
+    phases: dict | None = Field(None, description="per phase of the join: measured_s and "
+                                "modeled_s")
+    prediction: dict | None = Field(None, description="the cost model's prediction before the "
+                                    "join ran (probes, candidates, pairs, seconds per phase)")
+    result: JobResultInfo | None = None
+
+
+class JobList(BaseModel):
+    jobs: list[JobInfo]
+
+
 class DeleteIn(Strict):
     ids: list[ItemId]
 

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
         0, ge=0, le=16, description="sharded indexes: read replicas per shard (actors following "
                                     "the shard's log; searches alternate between the primary and "
                                     "its replicas, staleness up to follow_interval_s)")
+    jobs_per_index: int = Field(1, ge=1, le=64, description="near-duplicate jobs (POST "
+                                "/v1/jobs) running at a time per index (409 beyond)")
+    job_max_result_bytes: int = Field(
+        16 << 30, ge=1, description="largest result file of a job (pairs: 20 bytes each); a "
+                                    "job whose result passes it fails with that reason")
     warmup: bool = Field(True, description="compile and warm every search path before ready")
     calibration_queries: int = Field(
         64, ge=0, description="sampled queries of the t0 calibration run at startup per index")

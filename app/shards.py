@@ -51,7 +51,9 @@ from bucketsearch.app.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.probe import ResultLimitError
-from bucketsearch.index.storage.live import DuplicateIdError, write_batch
+from bucketsearch.index.storage.dedup import DEFAULT_REPORT, DedupResult, screen
+from bucketsearch.index.storage.live import (DuplicateIdError, dedup_batch, dedup_neighbours,
+                                             write_batch)
 
 log = logging.getLogger("bucketsearch.app")
 
@@ -516,6 +518,24 @@ class ShardedLive:
             first = max(s["next_id"] for s in self._shards)
             words = as_words(codes, self.bits)
             return first, self.add(words, np.arange(first, first + len(words), dtype=np.int64))
+
+    def add_dedup(self, codes, radius: int, ids=None, *, report: int = DEFAULT_REPORT,
+                  max_probes: int | None = None) -> DedupResult:
+        """Dedup on ingest (:meth:`index.storage.live.LiveIndex.add_dedup`) over the shards:
+        the search of every shard, the decision and the write of the inserted items (:meth:`add`:
+        all or nothing over the shards) under the ingress's write lock, which every write of
+        this index takes: two near-duplicates sent at the same time never both get in."""
+        ids, words = dedup_batch(codes, ids, radius, report, self.bits)
+        with self._write_lock:
+            self._settle()
+            first = max(s["next_id"] for s in self._shards)
+            if not len(words):
+                return DedupResult.empty(None if ids is not None else first)
+            found = dedup_neighbours(self.state, words, int(radius), int(report), max_probes)
+            result = screen(words, int(radius), self.bits, found, ids, first, int(report))
+            if result.inserted.any():
+                self.add(words[result.inserted], result.ids[result.inserted])
+        return result
 
     def upsert(self, codes, ids) -> tuple[int, int]:
         """Insert or replace, all or nothing (:meth:`_write`). code_prefix: an id whose new

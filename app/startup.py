@@ -271,6 +271,9 @@ def start_up(app) -> None:
         else:
             log.warning("warm-up disabled (BUCKETSEARCH_WARMUP=0): first requests compile "
                         "kernels")
+        jobs = getattr(app.state, "jobs", None)
+        if jobs is not None:  # near-duplicate jobs: resume the ones a stop interrupted
+            jobs.load(registry)
         app.state.startup_detail = None
         app.state.ready = True
         log.info("ready in %.2f s", time.perf_counter() - t_start)

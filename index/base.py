@@ -266,6 +266,15 @@ def csr_to_knn(lims: np.ndarray, D: np.ndarray, I: np.ndarray, k: int):
     return out_d, out_i
 
 
+def knn_to_csr(D: np.ndarray, I: np.ndarray):
+    """k-NN rows padded with id -1 -> CSR ``(lims, D, I)`` without the padding (the inverse of
+    :func:`csr_to_knn`)."""
+    keep = I >= 0
+    lims = np.zeros(len(I) + 1, dtype=np.int64)
+    np.cumsum(keep.sum(axis=1), out=lims[1:])
+    return lims, D[keep], I[keep]
+
+
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 

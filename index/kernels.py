@@ -17,6 +17,8 @@
 * :func:`merge_rows`: per query, two result lists sorted by (distance, id) merged into one, ids
   of a sorted ``drop`` list removed from the first, at most ``k`` kept: the live layer's merge of
   the main table, the delta segment and the tombstones, without sorting again.
+* :func:`keep_first_rows`: the greedy "keep the first, drop every later item within r of a kept
+  one" over the rows of a block's self-search (dedup on ingest, :mod:`index.storage.dedup`).
 
 Every kernel has a plain-numpy twin in tests/test_kernels.py, compared by hypothesis.
 """
@@ -207,3 +209,24 @@ def merge_rows(lims_a, Da, Ia, lims_b, Db, Ib, drop, k):
     if k < 0:
         return counts, out_d[:pos].copy(), out_i[:pos].copy()
     return counts, out_d, out_i
+
+
+@njit
+def keep_first_rows(blocked, lims, P, start):
+    """Greedy in order over a block of items at positions ``start .. start + m - 1``: item ``j``
+    is kept unless ``blocked[j]`` or an earlier kept item of the block lies in its row
+    ``P[lims[j]:lims[j+1]]`` (positions within the radius; its own position among them).
+    Returns the kept mask ``(m,)``."""
+    m = len(blocked)
+    kept = np.zeros(m, dtype=np.bool_)
+    for j in range(m):
+        if blocked[j]:
+            continue
+        ok = True
+        for t in range(lims[j], lims[j + 1]):
+            p = P[t] - start
+            if p < j and kept[p]:
+                ok = False
+                break
+        kept[j] = ok
+    return kept

@@ -57,8 +57,10 @@ import orjson
 
 from bucketsearch.index.codes import as_words, n_bytes, pack_hex, to_hex, to_packed
 from bucketsearch.loadtest.transport import PooledHTTP, tls_context
+from bucketsearch.index.storage.dedup import DedupResult
 from bucketsearch.loadtest.wire import (CODE_FORMATS, JSON, OCTET, RemoteSearchStats, check_wire,
-                                        concat_csr, convert_words, decode_search, encode_search,
+                                        concat_csr, convert_words, decode_dedup,
+                                        decode_job_records, decode_search, encode_search,
                                         knn_rows)
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -306,6 +308,11 @@ def as_ids(ids, n: int | None = None) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def auto_ids(ids, first_id) -> bool:
+    """Whether a write leaves the ids to the index (neither ``ids`` nor ``first_id``)."""
+    return ids is None and first_id is None
+
+
 _LIMIT_IN_DETAIL = re.compile(r"max_batch=(\d+)")
 
 
@@ -453,11 +460,16 @@ class _Base:
             exc.acknowledged = sum(b - a for a, b, _ in done)
         return exc
 
-    def _write_items(self, name, route, codes, ids, first_id, idempotent):
+    def _write_parts(self, name, route, codes, ids, first_id, idempotent, extra=None,
+                     cap=None, accept=None):
+        """Send an insert-shaped write (codes with ids, ``first_id``, or ids given by the index)
+        in chunks; ``extra`` goes in the query string (binary) or the JSON body. Returns
+        ``(parts, ids, auto)``: ``[(a, b, response)]``, the ids sent (None: the index gives
+        them)."""
         bits = yield from self._index_bits(name)
         words = checked_words(codes, bits, "codes")
         n = len(words)
-        auto = ids is None and first_id is None  # the index gives the ids (insert only)
+        auto = auto_ids(ids, first_id)  # the index gives the ids (insert only)
         if auto:
             sequential = False
         elif ids is None:
@@ -469,30 +481,42 @@ class _Base:
             ids = as_ids(ids, n)
             sequential = False
         if n == 0:
-            return 0, 0, np.zeros(0, dtype=np.int64)
+            return [], np.zeros(0, dtype=np.int64), auto
         packed = to_packed(words, bits)
         nb = n_bytes(bits)
         path = index_path(name, *route)
+        extra = extra or {}
+        answer = {"accept": accept} if accept else {}
 
         def call(a, b):
             if self.wire == "json":
-                body = {"codes": [r.tobytes().hex() for r in packed[a:b]]}
+                body = {"codes": [r.tobytes().hex() for r in packed[a:b]], **extra}
                 if not auto:
                     body["ids"] = ids[a:b].tolist()
-                return self._json("POST", path, body, idempotent)
+                call = self._json("POST", path, body, idempotent)
+                call.headers.update(answer)
+                return call
+            headers = {"content-type": OCTET, **answer}
             if auto:
-                return Call("POST", path, params={"auto_ids": "true"},
-                            content=packed[a:b].tobytes(), headers={"content-type": OCTET},
+                return Call("POST", path, params={"auto_ids": "true", **extra},
+                            content=packed[a:b].tobytes(), headers=headers,
                             idempotent=idempotent)
             if sequential:
-                return Call("POST", path, params={"first_id": int(ids[a])},
-                            content=packed[a:b].tobytes(), headers={"content-type": OCTET},
+                return Call("POST", path, params={"first_id": int(ids[a]), **extra},
+                            content=packed[a:b].tobytes(), headers=headers,
                             idempotent=idempotent)
-            return Call("POST", path, content=ids[a:b].astype("<i8").tobytes()
-                        + packed[a:b].tobytes(), headers={"content-type": OCTET},
-                        idempotent=idempotent)
+            return Call("POST", path, params=extra or None,
+                        content=ids[a:b].astype("<i8").tobytes() + packed[a:b].tobytes(),
+                        headers=headers, idempotent=idempotent)
         item_bytes = (2 * nb + 24) if self.wire == "json" else (nb + 8)
-        parts = yield from self._chunked(n, item_bytes, call, write=True)
+        parts = yield from self._chunked(n, item_bytes, call, cap=cap, write=True)
+        return parts, (None if auto else ids), auto
+
+    def _write_items(self, name, route, codes, ids, first_id, idempotent):
+        parts, ids, auto = yield from self._write_parts(name, route, codes, ids, first_id,
+                                                        idempotent)
+        if not parts:
+            return 0, 0, np.zeros(0, dtype=np.int64)
         answers = [resp.json() for _, _, resp in parts]
         if auto:  # each request's ids: first_id, first_id + 1, ...
             ids = np.concatenate([np.arange(a["first_id"], a["first_id"] + a["inserted"],
@@ -598,6 +622,37 @@ class _Base:
         _, _, ids = yield from self._write_items(name, ("items",), codes, ids, first_id, False)
         return ids
 
+    def _g_add_dedup(self, name, codes, radius, ids, first_id, max_reported):
+        for field_name, value, low in (("radius", radius, 0), ("max_reported", max_reported, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or value < low:
+                raise ValueError(f"{field_name} must be an int >= {low}, got {value!r}")
+        extra = {"radius": int(radius), "max_reported": int(max_reported)}
+        parts, _, auto = yield from self._write_parts(
+            name, ("items", "dedup"), codes, ids, first_id, idempotent=not auto_ids(ids, first_id),
+            extra=extra, cap=max(1, self.limits.max_results // int(max_reported)),
+            accept=OCTET if self.wire == "binary" else JSON)
+        if not parts:
+            return DedupResult.empty()
+        decoded = []
+        for a, b, resp in parts:
+            try:
+                got = decode_dedup(resp)
+            except ValueError as exc:
+                raise ProtocolError(str(exc), status=resp.status_code) from None
+            if len(got[0]) != b - a:
+                raise ProtocolError(f"dedup answer holds {len(got[0])} items, {b - a} sent")
+            decoded.append(got)
+        lims, D, I = concat_csr([(d[2], d[3], d[4]) for d in decoded])
+        first = None
+        if auto:  # the first request's first_id (binary answers: the first id inserted)
+            first = decoded[0][5]
+            if first is None:
+                given = np.concatenate([d[0] for d in decoded])
+                first = int(given[given >= 0][0]) if (given >= 0).any() else None
+        return DedupResult(np.concatenate([d[0] for d in decoded]),
+                           np.concatenate([d[1] for d in decoded]), lims, D, I, first)
+
     def _g_upsert(self, name, codes, ids):
         if ids is None:
             raise ValueError("upsert needs ids (one per code): it replaces the code of each id")
@@ -680,6 +735,45 @@ class _Base:
         yield Call("DELETE", index_path(name, "snapshots", path_segment(snapshot, "snapshot")),
                    idempotent=False)
 
+    def _g_start_job(self, index, radius, output):
+        resp = yield self._json("POST", "/v1/jobs", {"index": index, "radius": radius,
+                                                     "output": output}, idempotent=False)
+        return resp.json()
+
+    def _g_job(self, job_id):
+        resp = yield self._json("GET", "/v1/jobs/" + path_segment(job_id, "job_id"))
+        return resp.json()
+
+    def _g_jobs(self, index):
+        resp = yield Call("GET", "/v1/jobs", params=None if index is None else {"index": index},
+                          idempotent=True)
+        return resp.json()["jobs"]
+
+    def _g_cancel_job(self, job_id):
+        resp = yield self._json("POST", "/v1/jobs/" + path_segment(job_id, "job_id") +
+                                "/cancel")  # idempotent: a finished job is left as it is
+        return resp.json()
+
+    def _g_delete_job(self, job_id):
+        yield self._json("DELETE", "/v1/jobs/" + path_segment(job_id, "job_id"),
+                         idempotent=False)
+
+    def _g_job_page(self, job_id, output, offset, rows):
+        """Records ``offset .. offset + rows`` of a completed job's result (binary)."""
+        resp = yield Call("GET", "/v1/jobs/" + path_segment(job_id, "job_id") + "/result",
+                          params={"format": "binary", "offset": int(offset), "limit": int(rows)},
+                          idempotent=True)
+        try:
+            return decode_job_records(resp.content, output)
+        except ValueError as exc:
+            raise ProtocolError(str(exc), status=resp.status_code) from None
+
+    @staticmethod
+    def _check_page_rows(rows) -> int:
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise ValueError(f"page_rows must be an int >= 1, got {rows!r}")
+        return int(rows)
+
     # -- the public API (returns awaitables on AsyncClient) --------------------------------
     def create_index(self, name: str, bits: int, mode: str = "auto",
                      substrings: int | None = None):
@@ -748,6 +842,17 @@ class _Base:
         order of ``codes``). Never retried."""
         return self._run(self._g_add(name, codes, ids, first_id))
 
+    def add_dedup(self, name: str, codes, radius: int, ids=None, *,
+                  first_id: int | None = None, max_reported: int = 10) -> DedupResult:
+        """Dedup on ingest (``POST .../items/dedup``): insert, in order, each code with no live
+        item and no earlier inserted code within ``radius``; returns the engine's
+        :class:`~bucketsearch.index.storage.dedup.DedupResult` (per code its id, whether it
+        was inserted, and the nearest ``max_reported`` items that blocked it). A batch split
+        over several requests gets the same answer as one (each sees the earlier parts'
+        items as live). Retried only with ``ids`` or ``first_id`` (a retry whose first attempt
+        was applied answers each item as blocked by its own id at distance 0)."""
+        return self._run(self._g_add_dedup(name, codes, radius, ids, first_id, max_reported))
+
     def upsert(self, name: str, codes, ids) -> tuple[int, int]:
         """Insert or replace the code of each id (one WAL record per request; idempotent, so
         retried). Returns ``(inserted, replaced)``: new ids, and live ids given a new code."""
@@ -806,6 +911,30 @@ class _Base:
     def delete_snapshot(self, name: str, snapshot: str) -> None:
         """Remove a snapshot from the server."""
         return self._run(self._g_delete_snapshot(name, snapshot))
+
+    def start_job(self, index: str, radius: int, output: str = "pairs") -> dict:
+        """Start a near-duplicate job on the server (``POST /v1/jobs``): every pair of the
+        index's items within ``radius`` (``output="pairs"``), their clusters (``"clusters"``)
+        or the keep-list (``"keep"``), over the index's state now. Returns its status (``id``,
+        ``state``, progress); never retried."""
+        return self._run(self._g_start_job(index, radius, output))
+
+    def job(self, job_id: str) -> dict:
+        """A job's status: state, items done, pairs so far, elapsed and remaining seconds,
+        the join's measured against modeled phases, the result's size once completed."""
+        return self._run(self._g_job(job_id))
+
+    def jobs(self, index: str | None = None) -> list[dict]:
+        """Every job's status (only those of ``index`` when given)."""
+        return self._run(self._g_jobs(index))
+
+    def cancel_job(self, job_id: str) -> dict:
+        """Stop a running job; returns its status."""
+        return self._run(self._g_cancel_job(job_id))
+
+    def delete_job(self, job_id: str) -> None:
+        """Remove a finished job and its files from the server."""
+        return self._run(self._g_delete_job(job_id))
 
 
 def _plain(value):
@@ -894,6 +1023,32 @@ class Client(_Base):
                 return call
             value, exc = self._attempt(call)
 
+    def wait_job(self, job_id: str, timeout: float = 3600.0, poll: float = 0.2) -> dict:
+        """Poll a job until it is no longer running; its status (``TimeoutError`` after
+        ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while (info := self.job(job_id))["state"] == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still running after {timeout} s")
+            time.sleep(poll)
+        return info
+
+    def job_result(self, job_id: str, page_rows: int = 1 << 20):
+        """Iterate over a completed job's result, ``page_rows`` records per request (each a
+        structured array of :data:`~bucketsearch.loadtest.wire.JOB_RECORDS`: ``a, b, d``
+        pairs, ``id, cluster``, or ``id``), never the whole result in memory; pages are
+        retried. :class:`Conflict` when the job has not completed."""
+        rows = self._check_page_rows(page_rows)
+        info = self.job(job_id)
+        total = (info.get("result") or {}).get("rows", 0)
+        offset = 0
+        while offset < total or offset == 0:
+            page = self._run(self._g_job_page(job_id, info["output"], offset, rows))
+            if not len(page):
+                return
+            yield page
+            offset += len(page)
+
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
@@ -943,6 +1098,28 @@ class AsyncClient(_Base):
                 return call
             value, exc = await self._attempt(call)
 
+    async def wait_job(self, job_id: str, timeout: float = 3600.0, poll: float = 0.2) -> dict:
+        """Poll a job until it is no longer running; its status."""
+        deadline = time.monotonic() + timeout
+        while (info := await self.job(job_id))["state"] == "running":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still running after {timeout} s")
+            await asyncio.sleep(poll)
+        return info
+
+    async def job_result(self, job_id: str, page_rows: int = 1 << 20):
+        """``async for page in client.job_result(id)``: as :meth:`Client.job_result`."""
+        rows = self._check_page_rows(page_rows)
+        info = await self.job(job_id)
+        total = (info.get("result") or {}).get("rows", 0)
+        offset = 0
+        while offset < total or offset == 0:
+            page = await self._run(self._g_job_page(job_id, info["output"], offset, rows))
+            if not len(page):
+                return
+            yield page
+            offset += len(page)
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -959,4 +1136,4 @@ __all__ = ["Client", "AsyncClient", "Limits", "Retry", "RemoteSearchStats", "Buc
            "ClientError", "BadRequest", "Unauthorized", "Forbidden", "NotFound",
            "MethodNotAllowed", "RequestTimeout", "Conflict", "PayloadTooLarge",
            "UnsupportedMediaType", "ServerError", "Unavailable", "TransportError",
-           "ProtocolError", "MissingItems"]
+           "ProtocolError", "MissingItems", "DedupResult"]

@@ -11,6 +11,10 @@ nothing from the server package; the layouts are those of ``app/routers/search.p
   i64 ids[n] | i32 distances[n]``, little-endian, ``n = lims[nq]`` (faiss's range_search
   layout); JSON: ``{"results": [{"ids", "distances"}...], "stats"?, "delta"?, "took_ms"}``.
   Only the JSON answer carries the per-radius stats.
+* dedup insert (``POST .../items/dedup``, ``app/routers/indexes.py``): binary ``u64 n |
+  i64 item_ids[n] |`` then the search layout without its ``nq``; JSON ``{"inserted",
+  "rejected", "first_id", "size", "items": [{"id", "inserted", "duplicate_of",
+  "distances"}...]}``: :func:`decode_dedup`.
 """
 from __future__ import annotations
 
@@ -238,3 +242,53 @@ def knn_rows(lims, D, I, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
     return csr_to_knn(lims, D, I, k)
+
+
+def decode_dedup(resp: httpx.Response):
+    """``(item_ids, inserted, lims, D, I, first_id)`` of a dedup insert's answer (binary or
+    JSON): per item its id (-1: rejected, no id given), whether it was inserted, and in CSR the
+    items that blocked it; ``first_id`` None in the binary form. ValueError when it cannot be
+    read."""
+    ctype = resp.headers.get("content-type", "")
+    buf = resp.content
+    try:
+        if ctype.startswith(OCTET):
+            if len(buf) < 8:
+                raise ValueError(f"{len(buf)} bytes")
+            n = int(np.frombuffer(buf, dtype="<u8", count=1)[0])
+            if 16 + 8 * n > len(buf):
+                raise ValueError(f"n={n} does not fit in {len(buf)} bytes")
+            ids = np.frombuffer(buf, dtype="<i8", count=n, offset=8).astype(np.int64)
+            lims, D, I = decode_binary_results(buf[:8] + buf[8 + 8 * n:])
+            return ids, lims[1:] == lims[:-1], lims, D, I, None
+        data = orjson.loads(buf)
+        items = data["items"]
+        ids = np.array([-1 if it["id"] is None else it["id"] for it in items], dtype=np.int64)
+        inserted = np.array([bool(it["inserted"]) for it in items], dtype=bool)
+        counts = np.array([len(it["duplicate_of"]) for it in items], dtype=np.int64)
+        lims = np.zeros(len(items) + 1, dtype=np.int64)
+        np.cumsum(counts, out=lims[1:])
+        I = np.fromiter(itertools.chain.from_iterable(it["duplicate_of"] for it in items),
+                        np.int64, int(lims[-1]))
+        D = np.fromiter(itertools.chain.from_iterable(it["distances"] for it in items),
+                        np.int32, int(lims[-1]))
+        return ids, inserted, lims, D, I, data.get("first_id")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"unreadable dedup answer ({ctype or 'no content-type'}): "
+                         f"{type(exc).__name__} {exc}") from None
+
+
+#: records of a job's result (``GET /v1/jobs/{id}/result?format=binary``), little-endian
+JOB_RECORDS = {"pairs": np.dtype([("a", "<i8"), ("b", "<i8"), ("d", "<i4")]),
+               "clusters": np.dtype([("id", "<i8"), ("cluster", "<i8")]),
+               "keep": np.dtype([("id", "<i8")])}
+
+
+def decode_job_records(buf: bytes, output: str) -> np.ndarray:
+    """A binary page of a job's result -> structured array of :data:`JOB_RECORDS`
+    ``[output]`` (a copy, native byte order); ValueError when the size does not fit."""
+    rec = JOB_RECORDS[output]
+    if len(buf) % rec.itemsize:
+        raise ValueError(f"job result: {len(buf)} bytes is not a multiple of the "
+                         f"{rec.itemsize}-byte {output} record")
+    return np.frombuffer(buf, dtype=rec).copy()

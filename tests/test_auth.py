@@ -6,6 +6,7 @@ In-process (TestClient): the guard is pure ASGI, nothing here needs a socket."""
 from __future__ import annotations
 
 import itertools
+import time
 import re
 import shutil
 from pathlib import Path
@@ -85,9 +86,20 @@ def seed(data_dir: Path) -> None:
         for name in ["get", *SENT]:
             shutil.copyfile(path, path.with_name(f"ix-{name}.tar"))
         path.unlink()
+        # jobs: 'get' to read and cancel (a finished job: cancel is a no-op), one to delete per
+        # key sent; an index per key sent to start one on
+        for sent in SENT:
+            assert c.post("/v1/indexes", json={"name": f"jobs-{sent}", "bits": BITS}
+                          ).status_code == 201
+        for name in ["get", *(f"del-{sent}" for sent in SENT)]:
+            job = c.post("/v1/jobs", json={"index": "ix", "radius": 1}).json()
+            while c.get(f"/v1/jobs/{job['id']}").json()["state"] == "running":
+                time.sleep(0.02)
+            JOB_IDS[name] = job["id"]
 
 
 _fresh = itertools.count(10_000)
+JOB_IDS: dict[str, str] = {}  # seed's jobs by use
 #: a valid backup of an empty index (a restore's body is a backup file, not JSON)
 EMPTY_BACKUP = backup.dump({"bits": BITS, "mode": "single"}, np.empty(0, dtype=np.int64),
                            np.empty((0, BITS // 64), dtype=np.uint64))
@@ -124,6 +136,18 @@ EXAMPLES = {
         "/v1/indexes/ix/cost-model/calibrate", {"queries": 2, "max_distance": 1})),
     ("POST", "/v1/indexes/{name}/items/upsert"): (WRITE, lambda sent: (
         "/v1/indexes/ix/items/upsert", {"ids": [next(_fresh)], "codes": [CODE]})),
+    ("POST", "/v1/indexes/{name}/items/dedup"): (WRITE, lambda sent: (
+        "/v1/indexes/ix/items/dedup", {"codes": [CODE], "radius": 0})),
+    ("POST", "/v1/jobs"): (WRITE, lambda sent: ("/v1/jobs", {"index": f"jobs-{sent}",
+                                                             "radius": 0})),
+    ("GET", "/v1/jobs"): (READ, lambda sent: ("/v1/jobs", None)),
+    ("GET", "/v1/jobs/{job_id}"): (READ, lambda sent: (f"/v1/jobs/{JOB_IDS['get']}", None)),
+    ("GET", "/v1/jobs/{job_id}/result"): (READ, lambda sent: (
+        f"/v1/jobs/{JOB_IDS['get']}/result", None)),
+    ("POST", "/v1/jobs/{job_id}/cancel"): (WRITE, lambda sent: (
+        f"/v1/jobs/{JOB_IDS['get']}/cancel", None)),
+    ("DELETE", "/v1/jobs/{job_id}"): (WRITE, lambda sent: (
+        f"/v1/jobs/{JOB_IDS[f'del-{sent}']}", None)),
     ("POST", "/v1/indexes/{name}/items/get"): (READ, lambda sent: (
         "/v1/indexes/ix/items/get", {"ids": [0]})),
     ("PATCH", "/v1/indexes/{name}"): (WRITE, lambda sent: ("/v1/indexes/ix", {"mode": "auto"})),
@@ -224,7 +248,9 @@ def test_read_key_alone_never_opens_writes(tmp_path):
             assert "BUCKETSEARCH_API_KEY" in r.json()["detail"]
             assert "writes are disabled" in r.json()["detail"]
         info = c.get("/v1/indexes", headers=_headers("read")).json()["indexes"]
-        assert {i["name"] for i in info} == {"ix", *(f"del-{s}" for s in SENT)}
+        assert {i["name"] for i in info} == {"ix", *(f"{kind}-{s}" for s in SENT
+                                                     for kind in ("del", "jobs"))}
+        assert len(c.get("/v1/jobs", headers=_headers("read")).json()["jobs"]) == 1 + len(SENT)
         assert c.get("/v1/indexes/ix", headers=_headers("read")).json()["size"] == size
 
 

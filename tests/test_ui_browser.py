@@ -452,3 +452,25 @@ def test_screenshot_for_the_readme(open_server, page_of):
     assert cost["measured p50 (band to p99)"]["x"] == [0, 1, 2, 3]
     shot(page, "readme-index")
     assert console.unexpected() == []
+
+
+def test_jobs_page_shows_a_job_as_the_api_does(open_server, page_of):
+    import time
+
+    import httpx
+    job = httpx.post(open_server.url + "/v1/jobs", json={"index": "known", "radius": 1,
+                                                         "output": "clusters"}).json()
+    deadline = time.monotonic() + 120
+    while (info := httpx.get(f"{open_server.url}/v1/jobs/{job['id']}").json())["state"] \
+            == "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert info["state"] == "completed"
+    page, console = page_of()
+    page.goto(open_server.url + "/ui#/jobs")
+    page.wait_for_selector("#jobs tbody tr")
+    cells = page.locator("#jobs tbody tr").first.locator("td").all_inner_texts()
+    assert cells[0] == job["id"] and cells[1] == "known" and cells[4] == "completed"
+    assert cells[5] == cells[6] == str(info["items"]) and cells[7] == str(info["pairs"])
+    assert page.locator("#jobs tbody tr").first.locator("a").count() == 2  # ndjson, csv
+    shot(page, "jobs")
+    assert console.unexpected() == []

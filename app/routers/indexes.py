@@ -11,10 +11,12 @@ from fastapi.responses import StreamingResponse
 
 from bucketsearch.app.deps import (BodyBytes, EntryDep, IndexName, ReadAuth, RegistryDep,
                                    SettingsDep, WriteAuth)
-from bucketsearch.app.parsing import check_batch, content_type, parse_items, unsupported_media_type
-from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DeleteIn, GetIn, GetOut, IndexInfo,
-                                      IndexList, ItemsIn, SetMode, SnapshotInfo, WriteOut,
-                                      json_or_octet_body)
+from bucketsearch.app.encode import dedup_binary, dedup_json
+from bucketsearch.app.parsing import (check_batch, content_type, parse_dedup, parse_items,
+                                      unsupported_media_type, wants_binary)
+from bucketsearch.app.schemas import (MAX_ID, CreateIndex, DedupIn, DedupOut, DeleteIn, GetIn,
+                                      GetOut, IndexInfo, IndexList, ItemsIn, SetMode,
+                                      SnapshotInfo, WriteOut, json_or_octet_body)
 from bucketsearch.index.codes import to_hex
 from bucketsearch.index.storage import exports
 
@@ -119,6 +121,61 @@ def upsert_items(entry: EntryDep, request: Request, body: BodyBytes, settings: S
                          "id); to insert with ids given by the index, POST .../items")
     inserted, replaced = entry.live.upsert(words, ids)
     return {"inserted": inserted, "replaced": replaced, "size": entry.live.ntotal}
+
+
+DEDUP_LAYOUT = """\
+Insert only the items with no near-duplicate: in request order, an item is inserted when no
+live item of the index and no item this request inserted before it lies at Hamming distance
+`d <= radius`; otherwise it is rejected and the answer names the items that blocked it,
+nearest first by (distance, id), at most `max_reported`. Atomic: the check and the write (one
+write-ahead-log record, fsynced before the answer) run under the index's write lock, so two
+near-duplicates sent at the same time by two clients never both get in; searches do not wait.
+A request applied and sent again inserts nothing: each item is then blocked by its own first
+copy at distance 0. An inserted item whose id is already live (with a code farther than the
+radius) is a 409 and nothing is written.
+
+Bodies (pick with Content-Type), as `POST .../items`:
+
+* `application/json`: `{"codes": ["hex", ...], "ids"?: [int, ...], "radius": r,
+  "max_reported"?: k}` (without `ids` the index gives the inserted items their ids);
+* `application/octet-stream`: the insert layouts of `POST .../items` (`n` int64 ids then `n`
+  packed codes; codes only with `?first_id=K` or `?auto_ids=true`), `radius` and
+  `max_reported` in the query string.
+
+The answer is JSON (`inserted`, `rejected`, `first_id`, `size`, and per item `{"id",
+"inserted", "duplicate_of", "distances"}`), or with `Accept: application/octet-stream` binary:
+`u64 n | i64 item_ids[n] | i64 lims[n+1] | i64 duplicate_of[m] | i32 distances[m]`,
+little-endian, `m = lims[n]`; item `j` was inserted iff `lims[j] == lims[j+1]`, its id is
+`item_ids[j]` (-1: rejected, no id given)."""
+
+DEDUP_BODY = json_or_octet_body(DedupIn)
+RadiusParam = Annotated[int | None, Query(ge=0, le=256, description="octet-stream only: insert "
+                                          "an item only when nothing lies at d <= radius")]
+MaxReported = Annotated[int | None, Query(ge=1, description="octet-stream only: blocking "
+                                          "items reported per rejected item (default 10)")]
+
+
+@router.post("/{name}/items/dedup", response_model=DedupOut, dependencies=[WriteAuth],
+             openapi_extra=DEDUP_BODY, description=DEDUP_LAYOUT,
+             responses={200: {"description": "per item: inserted, or what blocked it (JSON, or "
+                                             "binary with Accept: application/octet-stream)",
+                              "content": {"application/octet-stream": {
+                                  "schema": {"type": "string", "format": "binary"}}}}})
+def add_items_dedup(entry: EntryDep, request: Request, body: BodyBytes, settings: SettingsDep,
+                    radius: RadiusParam = None, max_reported: MaxReported = None,
+                    first_id: FirstId = None, auto_ids: AutoIds = False) -> Response:
+    """Dedup on ingest: insert the items that have no near-duplicate within ``radius``."""
+    job = parse_dedup(body, content_type(request), entry.bits, settings,
+                      {"radius": radius, "max_reported": max_reported, "first_id": first_id,
+                       "auto_ids": auto_ids})
+    # each item's probe budget: its search switches to a scan past it (as k-NN does)
+    per_item = max(settings.max_request_probes // max(len(job.words), 1), 1)
+    result = entry.live.add_dedup(job.words, job.radius, job.ids, report=job.report,
+                                  max_probes=per_item)
+    request.app.state.metrics.count_dedup(entry.name, result.n_inserted, result.n_rejected)
+    if wants_binary(request.headers.get("accept", "")):
+        return Response(dedup_binary(result), media_type="application/octet-stream")
+    return Response(dedup_json(result, entry.live.ntotal), media_type="application/json")
 
 
 @router.post("/{name}/items/get", response_model=GetOut, dependencies=[ReadAuth])

@@ -606,6 +606,36 @@
     ], { barmode: "group", yaxis: { title: { text: "ms" } } });
   }
 
+  // ------------------------------------------------------------------ view: jobs
+  /** Near-duplicate jobs (GET /v1/jobs): state, progress, the model's remaining time, result. */
+  function jobsView() {
+    const view = $("view");
+    const box = h("div", { id: "jobs-table" });
+    view.replaceChildren(h("h2", {}, "Jobs"),
+      h("p", { class: "note" }, "Pairs within a radius, clusters or keep-lists (POST /v1/jobs); " +
+        "remaining time from the join's cost model."), box);
+    async function refresh() {
+      const { jobs } = await api.get("/v1/jobs");
+      if (!jobs.length) {
+        box.replaceChildren(h("p", { class: "muted" }, "No job yet."));
+        return;
+      }
+      box.replaceChildren(table("jobs", [
+        ["id", (x) => x.id, "text"], ["index", (x) => x.index, "text"],
+        ["radius", (x) => x.radius], ["output", (x) => x.output, "text"],
+        ["state", (x) => h("span", { class: `state-${x.state}`, title: x.reason || "" }, x.state), "text"],
+        ["items done", (x) => x.items_done], ["items", (x) => x.items], ["pairs", (x) => x.pairs],
+        ["elapsed s", (x) => x.elapsed_s], ["remaining s", (x) => x.remaining_s],
+        ["algorithm", (x) => x.algorithm || "–", "text"],
+        ["result", (x) => (x.state === "completed"
+          ? h("span", {}, ...["ndjson", "csv"].map((f) => h("a", {
+            href: `/v1/jobs/${x.id}/result?format=${f}`, download: "" }, f + " ")))
+          : "–"), "text"],
+      ], jobs.slice().reverse()));
+    }
+    return poll(refresh);
+  }
+
   // ------------------------------------------------------------------ routing
   async function route() {
     const hash = location.hash || "#/indexes";
@@ -618,6 +648,7 @@
       if (view === "index" && arg) await indexView(decodeURIComponent(arg));
       else if (view === "query") await queryView();
       else if (view === "loadtest") loadtestView();
+      else if (view === "jobs") await jobsView();
       else if (window.bs.views && window.bs.views[view]) await window.bs.views[view](decodeURIComponent(arg));  // operate.js
       else await indexesView();
     } catch (err) {
