@@ -1,0 +1,217 @@
+"""k-NN by multi-index hashing for one-word codes: Norouzi, Punjani & Fleet's incremental
+search ("Fast exact search in Hamming space with multi-index hashing", TPAMI 2014, sec. 4.2)
+over the tables of :class:`~index.mih.MultiIndex`.
+
+Radius steps ``R = 0, 1, 2, ...``: step ``R`` probes substring table ``j = R mod m`` at
+substring radius ``s = floor(R/m)`` (every key at Hamming distance exactly ``s`` from the
+query's substring ``j``, enumerated as the ``C(w_j, s)`` flip masks of ``s`` bits). Pigeonhole
+bound: after step ``R`` every item not met yet has ``d_j > floor((R - j) / m)`` on every
+substring, so ``d = sum_j d_j >= R + 1``. The search keeps the ``k`` best ``(distance, id)``
+met so far and stops after the first step ``R`` at which it holds ``k`` of them with the k-th
+distance ``<= R`` (every item tied with the k-th is then known too, so the tie order by id is
+exact), or at ``max_radius``.
+
+Candidates are read from the exact layout's ``table_items`` (each table's items as (code, id)
+in bucket order, :meth:`MultiIndex._exact_layout`): a probe is one load of the bucket's range
+and its items are contiguous, with no indirection through the shared arrays. An item met in
+several tables is deduplicated at insertion into the top-k (sorted by (distance, id), a copy
+is the entry just before its insertion point); one evicted from the top-k would be rejected
+again. No visit stamps.
+
+When a step would push the query over ``max_probes`` probes, or would probe more keys than
+there are items, the query verifies every item instead (``words``, ``ids``: a scan, exact) and
+``scanned_from`` records the step, as :func:`index.mih._mih_kernel` does.
+
+Statistics per step ``R`` (as :func:`index.mih._mih_kernel`'s, ``(7, nq, max_radius + 1)``):
+probes, non-empty / empty buckets, items (results at distance exactly ``R``), lookup_ns,
+candidates (bucket entries read) and unique_candidates (first visits: no earlier step's table
+holds the item within its radius, tested by the substring distances, only with statistics).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bucketsearch.index._jit import monotonic_ns, njit, popcount64
+from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
+                                        UNIQUE_CANDIDATES, chunk_result)
+from bucketsearch.index.table import HASH_MULTIPLIER, filter_word_mask
+
+#: columns of MultiIndex._exact_layout's per-table rows (kept equal to index.mih's T_*)
+T_DIRECT, T_STARTS, T_CODES, T_SLOTS, T_SLOT_MASK, T_BITMAP, T_TABLE_SHIFT, T_FILTER_SHIFT, \
+    T_OFFSETS = range(9)
+#: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
+SPAN_BLOCK = 64
+
+
+@njit(inline="always")
+def _offer(td, ti, filled, d, v):
+    """Insert ``(d, v)`` into the sorted top-k ``td, ti`` (``filled`` entries, capacity
+    ``len(td)``) unless it is a copy of an entry or not better than the k-th. Returns the new
+    ``filled``."""
+    k = len(td)
+    if filled == k and (d > td[k - 1] or (d == td[k - 1] and v >= ti[k - 1])):
+        return filled
+    p = filled
+    while p > 0 and (td[p - 1] > d or (td[p - 1] == d and ti[p - 1] > v)):
+        p -= 1
+    if p > 0 and td[p - 1] == d and ti[p - 1] == v:
+        return filled  # met in an earlier table
+    last = filled if filled < k else k - 1
+    for c in range(last, p, -1):
+        td[c] = td[c - 1]
+        ti[c] = ti[c - 1]
+    td[p] = d
+    ti[p] = v
+    return filled + 1 if filled < k else k
+
+
+@njit
+def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, sub_shift,
+                    sub_mask, tables, starts, codes, slots, bitmap, offsets, item_codes,
+                    item_ids, words, ids):
+    """The ``k`` nearest items within ``max_radius`` of every query (one-word codes) by the
+    incremental multi-index search of the module docstring. Returns :func:`chunk_result`'s
+    tuple: CSR counts, D, I ordered by (distance, id), statistics ``(7, nq, max_radius + 1)``,
+    radii (steps run), total_ns, scanned_from and the results counted."""
+    nq = xq.shape[0]
+    m = len(widths)
+    n = len(ids)
+    width = max_radius + 1
+    counts = np.zeros(nq, dtype=np.int64)
+    stats = np.zeros((UNIQUE_CANDIDATES + 1, nq if with_stats else 0, width), dtype=np.int64)
+    radii = np.zeros(nq, dtype=np.int64)
+    total_ns = np.zeros(nq, dtype=np.int64)
+    scanned_from = np.full(nq, -1, dtype=np.int64)
+    out_d = np.empty(nq * min(k, n), dtype=np.int32)
+    out_i = np.empty(nq * min(k, n), dtype=np.int64)
+    td = np.empty(min(k, n) if n > 0 else 1, dtype=np.int32)
+    ti = np.empty(len(td), dtype=np.int64)
+    kk = len(td)
+    spans = np.empty(2 * SPAN_BLOCK, dtype=np.int64)
+    n_out = 0
+    for qi in range(nq):
+        t_query = monotonic_ns() if with_stats else 0
+        q = xq[qi, 0]
+        filled = 0
+        # an item enters the top-k when (d, id) < (bound, bound_id): within max_radius
+        # (any id) until k are held, then before the k-th
+        bound = max_radius
+        bound_id = np.int64(0)
+        spent = 0
+        last = -1
+        for R in range(width):
+            if n == 0:
+                break
+            j = R % m
+            s = R // m
+            t0 = monotonic_ns() if with_stats else 0
+            last = R
+            if spent + step_probes[R] > max_probes or step_probes[R] > n:
+                # verify every item (exact); the top-k drops the copies of items met before
+                scanned_from[qi] = R
+                for p in range(n):
+                    d = popcount64(q ^ words[p, 0])
+                    if d < bound or (d == bound and (filled < kk or ids[p] < bound_id)):
+                        filled = _offer(td, ti, filled, d, ids[p])
+                        if filled == kk:
+                            bound = td[kk - 1]
+                            bound_id = ti[kk - 1]
+                last = max_radius
+                break
+            if s > widths[j]:
+                continue
+            spent += step_probes[R]
+            key0 = (q >> sub_shift[j]) & sub_mask[j]
+            base = j * n
+            probes = 0
+            nonempty = 0
+            cands = 0
+            unique = 0
+            # flip masks of s bits within w_j bits, in increasing order (Gosper's hack)
+            mask = (np.uint64(1) << np.uint64(s)) - np.uint64(1)
+            top = sub_mask[j]
+            done = False
+            while not done:
+                # pass 1: the bucket ranges of up to SPAN_BLOCK probes (the lookups overlap)
+                nb = 0
+                while nb < SPAN_BLOCK:
+                    key = key0 ^ mask
+                    probes += 1
+                    lo = 0
+                    hi = 0
+                    if tables[j, T_DIRECT]:
+                        b0 = tables[j, T_STARTS] + np.int64(key)
+                        lo = starts[b0]
+                        hi = starts[b0 + 1]
+                    else:
+                        h = key * HASH_MULTIPLIER
+                        f, fbits = filter_word_mask(h, np.uint64(tables[j, T_FILTER_SHIFT]))
+                        if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                            sb = tables[j, T_SLOTS]
+                            sl = h >> np.uint64(tables[j, T_TABLE_SHIFT])
+                            b = slots[sb + np.int64(sl)]
+                            while b >= 0 and codes[tables[j, T_CODES] + b, 0] != key:
+                                sl = (sl + np.uint64(1)) & np.uint64(tables[j, T_SLOT_MASK])
+                                b = slots[sb + np.int64(sl)]
+                            if b >= 0:
+                                lo = offsets[tables[j, T_OFFSETS] + b]
+                                hi = offsets[tables[j, T_OFFSETS] + b + 1]
+                    if hi > lo:
+                        spans[2 * nb] = base + lo
+                        spans[2 * nb + 1] = base + hi
+                        nb += 1
+                    if s == 0:
+                        done = True
+                        break
+                    # next mask with s bits set; done once it leaves the w_j low bits
+                    c = mask & (~mask + np.uint64(1))
+                    r = mask + c
+                    mask = (((r ^ mask) >> np.uint64(2)) // c) | r
+                    if mask > top or r == 0:
+                        done = True
+                        break
+                # pass 2: verify their items
+                nonempty += nb
+                for bi in range(nb):
+                    lo = spans[2 * bi]
+                    hi = spans[2 * bi + 1]
+                    cands += hi - lo
+                    for t in range(lo, hi):
+                        diff = q ^ item_codes[t]
+                        d = popcount64(diff)
+                        if with_stats:
+                            # first visit: met at step min_jj (m d_jj + jj), this one
+                            first = 1
+                            for jj in range(m):
+                                if m * popcount64((diff >> sub_shift[jj]) & sub_mask[jj]) \
+                                        + jj < R:
+                                    first = 0
+                            unique += first
+                        # the test against the k-th inline, _offer (its array arguments
+                        # refcounted at every call) only for an item that enters
+                        if d < bound or (d == bound and (filled < kk
+                                                         or np.int64(item_ids[t]) < bound_id)):
+                            filled = _offer(td, ti, filled, d, np.int64(item_ids[t]))
+                            if filled == kk:
+                                bound = td[kk - 1]
+                                bound_id = ti[kk - 1]
+            if with_stats:
+                stats[PROBES, qi, R] = probes
+                stats[NONEMPTY, qi, R] = nonempty
+                stats[EMPTY, qi, R] = probes - nonempty
+                stats[CANDIDATES, qi, R] = cands
+                stats[UNIQUE_CANDIDATES, qi, R] = unique
+                stats[LOOKUP_NS, qi, R] = monotonic_ns() - t0
+            if filled == kk and td[kk - 1] <= R:
+                break  # every unseen item is at distance >= R + 1 > the k-th
+        radii[qi] = last + 1
+        for c in range(filled):
+            out_d[n_out + c] = td[c]
+            out_i[n_out + c] = ti[c]
+            if with_stats and td[c] < width:
+                stats[ITEMS, qi, td[c]] += 1
+        n_out += filled
+        counts[qi] = filled
+        if with_stats:
+            total_ns[qi] = monotonic_ns() - t_query
+    return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from, -1)
