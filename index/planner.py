@@ -65,6 +65,11 @@ DEFAULT_COEF = {
             "candidates": 10.0},
 }
 DEFAULT_OVERHEAD_NS = 300.0
+#: k-NN by multi-index hashing (:mod:`index.mih_knn`) before calibration: ns per substring
+#: probe and per candidate verified
+DEFAULT_KNN_COEF = (20.0, 5.0)
+#: k of the k-NN run of the calibration queries that fits those two costs
+KNN_CALIBRATION_K = 64
 DEFAULT_SCAN_NS_PER_ITEM = 2.0
 
 
@@ -264,6 +269,7 @@ class AutoIndex(IndexBase):
         self.overhead_ns = {"single": (DEFAULT_OVERHEAD_NS, 0.0),
                             "mih": (DEFAULT_OVERHEAD_NS, 0.0)}
         self.scan_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
+        self.knn_coef = DEFAULT_KNN_COEF
         self.call_ns = dict.fromkeys(PLAN_MODES, 0.0)
         self.correction = {}
         self.paper = None
@@ -360,11 +366,42 @@ class AutoIndex(IndexBase):
             st = measured_stats[("scan", 0)]
             self.scan_ns_per_item = float(np.median(st.total_ns)) / self.ntotal
             summary["scan"] = {"ns_per_item": self.scan_ns_per_item}
+            self.knn_coef = self._fit_knn(xq)
+            summary["mih_knn"] = {"ns_per_probe": self.knn_coef[0],
+                                  "ns_per_candidate": self.knn_coef[1]}
         finally:
             self.threads = saved
         self.calibrated = True
         self.calibration = summary
         return summary
+
+    def _fit_knn(self, xq) -> tuple[float, float]:
+        """``(ns per probe, ns per candidate)`` of multi-index k-NN: :data:`DEFAULT_KNN_COEF`
+        scaled by the least-squares factor ``sum(t f) / sum(f f)`` that best fits the
+        per-query ``total_ns`` ``t`` (the minimum of two runs) of a k =
+        :data:`KNN_CALIBRATION_K` search of the calibration queries to their default-model
+        cost ``f`` (one factor: probes and candidates grow together, a two-term fit of them
+        is ill-conditioned)."""
+        k = min(KNN_CALIBRATION_K, self.ntotal)
+        runs = [self.mih.search(xq, k, stats=True)[2] for _ in range(2)]
+        st = runs[0]
+        total = np.minimum(runs[0].total_ns, runs[1].total_ns).astype(float)
+        a, b = DEFAULT_KNN_COEF
+        f = a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1)
+        keep = st.scanned_from < 0
+        if not keep.any() or float(f[keep] @ f[keep]) == 0:
+            return DEFAULT_KNN_COEF
+        scale = float(total[keep] @ f[keep]) / float(f[keep] @ f[keep])
+        return a * scale, b * scale
+
+    def knn_predicted(self, R: int) -> float:
+        """Predicted ns of a multi-index k-NN query that stops at radius step ``R``: the mih
+        per-query overhead plus ``a * probes + b * candidates`` of steps ``0..R`` (from the
+        profile; ``a, b`` of :meth:`_fit_knn`)."""
+        f = self._features("mih", R)
+        a, b = self.knn_coef
+        return self.overhead_ns["mih"][0] + a * float(np.sum(f["probes"])) \
+            + b * float(np.sum(f["candidates"]))
 
     # ------------------------------------------------------------------ prediction
     def knn_radius(self, k: int) -> int:
@@ -427,8 +464,11 @@ class AutoIndex(IndexBase):
         R = max_distance if k is None else self.knn_radius(k) if max_distance is None \
             else min(self.knn_radius(k), max_distance)
         predicted = self.predict(R)
-        if k is not None and predicted["mih"] is None:
-            predicted["mih"] = predicted["scan"]  # mih k-NN switches to a scan, never fails
+        if k is not None:
+            # mih k-NN of one-word codes (index.mih_knn) has its own costs; longer codes
+            # switch to a scan past the probe budget, never fail
+            predicted["mih"] = (self.knn_predicted(R) if self.mih._exact_args
+                                else predicted["mih"] or predicted["scan"])
         predicted = {m: None if v is None else v + self.call_ns[m] / max(nq, 1)
                      for m, v in predicted.items()}
         feasible = {m: v for m, v in predicted.items() if v is not None}
