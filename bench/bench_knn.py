@@ -88,14 +88,20 @@ def main() -> None:
                              "x_faiss": best["faiss flat"] / best[name],
                              "same_distances": bool(same_d), "same_ids": bool(same_i)}
             row["faiss_us_per_query"] = best["faiss flat"] / len(xq) * 1e6
-            row["auto_plan"] = engines["auto"].last_plan["mode"]
+            plan = engines["auto"].last_plan
+            row["auto_plan"] = plan["mode"]
+            row["auto_predicted_us"] = {m: None if v is None else v / 1e3
+                                        for m, v in plan["predicted_ns"].items()}
+            row["auto_radius"] = plan["radius"]
             rows.append(row)
-            cells = "  ".join(f"{name} {row[name]['us_per_query']:8.0f} us "
-                              f"{row[name]['x_faiss']:6.1f}x"
-                              f"{'' if row[name]['same_ids'] else ' (ids differ!)' if row[name]['same_distances'] else ' (WRONG)'}"
-                              for name in engines)
+            cells = "  ".join(
+                f"{name} {row[name]['us_per_query']:8.0f} us {row[name]['x_faiss']:6.1f}x"
+                + ("" if row[name]["same_ids"] else " (ids differ)" if row[name]["same_distances"]
+                   else " (WRONG)") for name in engines)
+            pred = {m: None if v is None else round(v) for m, v in
+                    row["auto_predicted_us"].items()}
             print(f"{qname:6} k={k:<3} faiss {row['faiss_us_per_query']:8.0f} us | {cells} | "
-                  f"auto ran {row['auto_plan']}", flush=True)
+                  f"auto ran {plan['mode']} (R {plan['radius']}, predicted us {pred})", flush=True)
     OUT.mkdir(exist_ok=True)
     path = OUT / f"bench_knn_{n}.json"
     path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))

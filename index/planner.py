@@ -152,6 +152,16 @@ def _interleaved_min_stats(jobs: dict, repeats: int) -> dict:
     return out
 
 
+def _best_thread_ns(run, repeats: int = CALIBRATION_REPEATS) -> float:
+    """Best thread CPU time of ``run()`` over ``repeats`` runs, in ns (one-thread runs)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.thread_time_ns()
+        run()
+        best = min(best, time.thread_time_ns() - t)
+    return float(best)
+
+
 def calibration_queries(words: np.ndarray, bits: int, nq: int, seed: int = 0,
                         max_flips: int = 3) -> np.ndarray:
     """Database codes with ``0..max_flips`` random bits flipped (uniformly many): the default
@@ -270,6 +280,7 @@ class AutoIndex(IndexBase):
                             "mih": (DEFAULT_OVERHEAD_NS, 0.0)}
         self.scan_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
         self.knn_coef = DEFAULT_KNN_COEF
+        self.scan_knn_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
         self.call_ns = dict.fromkeys(PLAN_MODES, 0.0)
         self.correction = {}
         self.paper = None
@@ -369,6 +380,12 @@ class AutoIndex(IndexBase):
             self.knn_coef = self._fit_knn(xq)
             summary["mih_knn"] = {"ns_per_probe": self.knn_coef[0],
                                   "ns_per_candidate": self.knn_coef[1]}
+            # a k-NN scan keeps a top-k (the radius-0 scan above does not): timed apart
+            k = min(KNN_CALIBRATION_K, self.ntotal)
+            few = xq[:SCAN_CALIBRATION_QUERIES]
+            self.scan_knn_ns_per_item = _best_thread_ns(
+                lambda: self.scan.search(few, k)) / len(few) / self.ntotal
+            summary["scan"]["knn_ns_per_item"] = self.scan_knn_ns_per_item
         finally:
             self.threads = saved
         self.calibrated = True
@@ -377,21 +394,19 @@ class AutoIndex(IndexBase):
 
     def _fit_knn(self, xq) -> tuple[float, float]:
         """``(ns per probe, ns per candidate)`` of multi-index k-NN: :data:`DEFAULT_KNN_COEF`
-        scaled by the least-squares factor ``sum(t f) / sum(f f)`` that best fits the
-        per-query ``total_ns`` ``t`` (the minimum of two runs) of a k =
-        :data:`KNN_CALIBRATION_K` search of the calibration queries to their default-model
-        cost ``f`` (one factor: probes and candidates grow together, a two-term fit of them
-        is ill-conditioned)."""
+        scaled by ``t / sum(f)``, ``t`` the thread CPU time of a k = :data:`KNN_CALIBRATION_K`
+        search of the calibration queries (best of :data:`CALIBRATION_REPEATS`; CPU time, not
+        the kernel's wall clock, which a loaded machine inflates) and ``f`` their cost under the
+        default coefficients (one factor: probes and candidates grow together, a two-term fit
+        of them is ill-conditioned). Queries that switched to a scan are left out."""
         k = min(KNN_CALIBRATION_K, self.ntotal)
-        runs = [self.mih.search(xq, k, stats=True)[2] for _ in range(2)]
-        st = runs[0]
-        total = np.minimum(runs[0].total_ns, runs[1].total_ns).astype(float)
-        a, b = DEFAULT_KNN_COEF
-        f = a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1)
+        st = self.mih.search(xq, k, stats=True)[2]
         keep = st.scanned_from < 0
-        if not keep.any() or float(f[keep] @ f[keep]) == 0:
+        a, b = DEFAULT_KNN_COEF
+        f = float((a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1))[keep].sum())
+        if f == 0:
             return DEFAULT_KNN_COEF
-        scale = float(total[keep] @ f[keep]) / float(f[keep] @ f[keep])
+        scale = _best_thread_ns(lambda: self.mih.search(xq[keep], k)) / f
         return a * scale, b * scale
 
     def knn_predicted(self, R: int) -> float:
@@ -465,6 +480,7 @@ class AutoIndex(IndexBase):
             else min(self.knn_radius(k), max_distance)
         predicted = self.predict(R)
         if k is not None:
+            predicted["scan"] = self.scan_knn_ns_per_item * max(self.ntotal, 1)
             # mih k-NN of one-word codes (index.mih_knn) has its own costs; longer codes
             # switch to a scan past the probe budget, never fail
             predicted["mih"] = (self.knn_predicted(R) if self.mih._exact_args
