@@ -62,7 +62,8 @@ def main() -> None:
         e.threads = 1
     flat = faiss.IndexBinaryFlat(bits)
     flat.add(to_packed(xb, bits))
-    print(f"n = {n:,}, nq = {args.nq}, one thread; default m = {engines['mih m=default'].substrings}")
+    default_m = engines["mih m=default"].substrings
+    print(f"n = {n:,}, nq = {args.nq}, one thread; default m = {default_m}")
     rows = []
     for qname, xq in queries.items():
         packed = to_packed(xq, bits)

@@ -45,9 +45,9 @@ means over the group.
 
 k-NN of one-word codes (every substring under 64 bits) is :mod:`index.mih_knn`'s incremental
 search over the exact layout (:meth:`MultiIndex._knn_csr`). Longer codes: the k-NN of
-:func:`_mih_kernel` grows the radius step by step. When the next step would push the query over ``max_probes``
-or would probe more substring buckets than there are items, it verifies every item not seen yet
-instead (a scan of the shared array, exact), so k-NN never raises. Range search raises
+:func:`_mih_kernel` grows the radius step by step. When the next step would push the query
+over ``max_probes`` or would probe more substring buckets than there are items, it verifies
+every item not seen yet instead (a scan of the shared array, exact), so k-NN never raises. Range search raises
 :class:`MIHProbeLimitError` up front when its exact probe count exceeds ``max_probes``, like the
 single table.
 """
