@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # `make coverage-kernels`: the tests that compare the numba kernels with their plain-numpy twins,
 # run with NUMBA_DISABLE_JIT=1 so that the kernel bodies execute as Python and coverage sees
@@ -42,8 +43,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bucketsearch demo --keep-serving
 
+# the suite on every core: one test file per worker (a file's module fixtures, such as the
+# shards' local Ray, stay in one process); the kernels' coverage run after it
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) coverage-kernels
 
 coverage-kernels: $(STAMP)

@@ -57,7 +57,8 @@ def test_steps_match_twin(bits, n, k, seed, clustered, data):
     candidates and first visits; codes_compared 0 unless it switched to a scan."""
     words, ids, xq = make_data(bits, n, 10, seed, clustered)
     # m >= 2 at 64 bits: a 64-bit substring takes the general kernel (tests/test_mih.py)
-    m = data.draw(st.integers(max(min_substrings(bits), bits // 63), min(bits, 6)), label="m")
+    m = data.draw(st.integers(max(min_substrings(bits), -(-bits // 63)), min(bits, 6)),
+                  label="m")
     index = MultiIndex(bits, substrings=m)
     index.add(words, ids)
     D, I, stats = index.search(xq, k, stats=True)
