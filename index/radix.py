@@ -35,6 +35,22 @@ def _histograms(keys):
 
 
 @njit
+def _digit_starts(hist, d, n, fill):
+    """Byte ``d``'s run starts into ``fill`` (exclusive prefix sums of its histogram); False,
+    and nothing written, when every key has the same byte ``d`` (the pass would move nothing)."""
+    if n == 0:
+        return False
+    for b in range(RADIX):
+        if hist[d, b] == n:
+            return False
+    acc = 0
+    for b in range(RADIX):
+        fill[b] = acc
+        acc += hist[d, b]
+    return True
+
+
+@njit
 def sort_pairs(keys, values):
     """``(sorted keys, values in that order)``, stable; the inputs are not modified."""
     n = len(keys)
@@ -46,17 +62,8 @@ def sort_pairs(keys, values):
     mask = np.uint64(RADIX - 1)
     fill = np.empty(RADIX, dtype=np.int64)
     for d in range(DIGITS):
-        skip = False
-        for b in range(RADIX):
-            if hist[d, b] == n:
-                skip = True  # every key has this byte: the pass would not move anything
-                break
-        if skip or n == 0:
+        if not _digit_starts(hist, d, n, fill):
             continue
-        acc = 0
-        for b in range(RADIX):
-            fill[b] = acc
-            acc += hist[d, b]
         shift = np.uint64(d * DIGIT_BITS)
         for i in range(n):
             k = k_in[i]
@@ -85,17 +92,8 @@ def sort_rows(keys, rows):
     mask = np.uint64(RADIX - 1)
     fill = np.empty(RADIX, dtype=np.int64)
     for d in range(DIGITS):
-        skip = False
-        for b in range(RADIX):
-            if hist[d, b] == n:
-                skip = True
-                break
-        if skip or n == 0:
+        if not _digit_starts(hist, d, n, fill):
             continue
-        acc = 0
-        for b in range(RADIX):
-            fill[b] = acc
-            acc += hist[d, b]
         shift = np.uint64(d * DIGIT_BITS)
         for i in range(n):
             k = k_in[i]
