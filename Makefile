@@ -44,9 +44,11 @@ demo: $(STAMP)
 	$(VENV)/bin/bucketsearch demo --keep-serving
 
 # the suite on every core: one test file per worker (a file's module fixtures, such as the
-# shards' local Ray, stay in one process); the kernels' coverage run after it
+# shards' local Ray, stay in one process); then the tests marked serial (a measured send rate)
+# alone; then the kernels' coverage
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not serial'
+	$(PY) -m pytest -q -m serial
 	$(MAKE) coverage-kernels
 
 coverage-kernels: $(STAMP)
