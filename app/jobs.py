@@ -417,22 +417,24 @@ class JobManager:
     def info(self, job: Job) -> dict:
         """The job's status: spec, state, progress (items done, pairs so far, elapsed, the
         model's remaining time), the join's measured against modeled per phase, the result."""
-        stats = job.stats if job.state == "running" else None
+        state = job.state  # read once: the runner thread may finish the job meanwhile
+        stats = job.stats if state == "running" else None
         running = stats is not None
         elapsed = job.elapsed_before_s + (stats.elapsed_s if running else 0.0)
         min_id = job.live_min_id if running else job.checkpoint.get("min_id")
-        if job.state == "completed" or min_id is None:
+        if state == "completed" or min_id is None:
             done = job.items
         else:
             done = self._items_below(job, min_id)
         return {"id": job.id, "index": job.index, "radius": job.radius, "output": job.output,
-                "state": job.state, "reason": redact(job.reason, self.settings), "created_at": job.created_at,
+                "state": state, "reason": redact(job.reason, self.settings),
+                "created_at": job.created_at,
                 "started_at": job.started_at, "finished_at": job.finished_at,
                 "items": job.items, "items_done": done,
                 "pairs": job.live_pairs if running else job.checkpoint.get("pairs", 0),
                 "elapsed_s": round(elapsed, 3),
                 "remaining_s": stats.remaining_s() if running else
-                (0.0 if job.state == "completed" else None),
+                (0.0 if state == "completed" else None),
                 "resumed": job.resumed,
                 "algorithm": stats.algorithm if running else (job.join or {}).get("algorithm"),
                 "phases": stats.phases if running else (job.join or {}).get("phases"),
