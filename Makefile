@@ -28,7 +28,7 @@ comma := ,
 space := $(subst ,, )
 KERNEL_INCLUDE := $(subst $(space),$(comma),$(strip $(KERNEL_MODULES)))
 
-.PHONY: demo test coverage-kernels bench clean clean-cache
+.PHONY: demo test test-parallel coverage-kernels bench clean clean-cache
 
 # first use: about a minute; pip prints each package as it goes (no silent stretch)
 $(STAMP): pyproject.toml
@@ -43,13 +43,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bucketsearch demo --keep-serving
 
-# the suite on every core: one test file per worker (a file's module fixtures, such as the
-# shards' local Ray, stay in one process); then the tests marked serial (a measured send rate)
-# alone; then the kernels' coverage
 test: $(STAMP)
+	$(PY) -m pytest -q
+	$(MAKE) coverage-kernels
+
+# quicker local feedback, not CI's run: the suite on every core, one test file per worker (a
+# file's module fixtures, such as the shards' local Ray, stay in one process), then the tests
+# marked serial alone. Timing-sensitive tests (a merge during a stream, the planner's choices in
+# the dashboard) have failed beside another worker: a failure here is re-run with make test
+test-parallel: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not serial'
 	$(PY) -m pytest -q -m serial
-	$(MAKE) coverage-kernels
 
 coverage-kernels: $(STAMP)
 	mkdir -p $(COVERAGE_DIR)

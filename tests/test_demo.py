@@ -76,7 +76,7 @@ def test_bad_port_is_refused_with_the_allowed_range(capsys):
     assert "--port 70000" in capsys.readouterr().err
 
 
-@pytest.mark.serial  # an open-loop send rate: measured alone, after the parallel run
+@pytest.mark.serial  # an open-loop send rate: make test-parallel runs it alone
 @pytest.mark.timeout(600)
 def test_demo_runs_keeps_serving_and_stops_cleanly(tmp_path):
     out, port = tmp_path / "out", free_port()
