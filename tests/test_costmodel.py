@@ -400,6 +400,23 @@ def test_preempted_samples_are_left_out_and_counted():
     assert est.detail["excluded"] >= 3 and est.t0_ns == pytest.approx(5.0, rel=0.05)
     model = fit_query_model(s)
     assert model.excluded >= 3 and model.fit.coef["probes"] == pytest.approx(5.0, rel=0.05)
-    raw = fit_query_model(s, trim=False)
+    raw = fit_query_model(s, trim=False, nonnegative=False)
     assert raw.excluded == 0 and raw.fit.samples == 400
     assert abs(raw.fit.coef["fixed"] - 300) > abs(model.fit.coef["fixed"] - 300)
+
+
+def test_a_term_fitted_below_zero_is_left_out_so_no_time_is_negative():
+    """Samples whose true per-item cost is negative (what noise does to a small item term):
+    plain least squares fits it below 0, the default fit leaves it out, says why, and every
+    prediction at non-negative counters is >= 0 (the dashboard showed "extended ns -987")."""
+    rng = np.random.default_rng(9)
+    s = _query_samples(rng, 300, {"fixed": 300.0, "probes": 5.0, "items": -80.0}, mih=False,
+                       noise=0.01, bits=24)
+    plain = fit_query_model(s, nonnegative=False)
+    assert plain.fit.coef["items"] < 0
+    model = fit_query_model(s)
+    assert "items" not in model.fit.coef
+    assert model.fit.unidentified["items"].startswith("negative coefficient (")
+    assert all(c >= 0 for c in model.fit.coef.values())
+    grid = {"probes": np.arange(0, 3000, 100), "items": np.arange(0, 300, 10)}
+    assert (model.predict(grid) >= 0).all()

@@ -39,7 +39,7 @@ import numpy as np
 
 from bucketsearch.index.base import ENGINES
 from bucketsearch.index.costmodel.estimators import FENCE, HOLDS_FACTOR, within_fence
-from bucketsearch.index.costmodel.regression import CONFIDENCE, fit_linear
+from bucketsearch.index.costmodel.regression import CONFIDENCE, fit_nonnegative
 
 ENGINE_NAMES = ("single", "mih", "scan")
 #: :data:`index.base.ENGINES` as an array: engine codes to names in one indexing
@@ -194,15 +194,8 @@ def fit_engine(samples: QuerySamples, engine: str, confidence: float = CONFIDENC
     w = 1.0 / np.maximum(y, MIN_WEIGHT_NS)
     feats = samples.features(sel)
     order = [t for t, _ in ENGINE_TERMS[engine]]
-    dropped = {}
-    while True:
-        fit = fit_linear({t: feats[t] * w for t in order}, y * w, order, "HC3", confidence)
-        bad = [t for t in fit.terms if fit.coef[t] < 0]
-        if not bad:
-            break
-        worst = min(bad, key=lambda t: fit.coef[t])
-        dropped[worst] = f"negative coefficient ({fit.coef[worst]:.3g} ns): left out"
-        order.remove(worst)
+    fit, dropped = fit_nonnegative({t: feats[t] * w for t in order}, y * w, order, "HC3",
+                                   confidence)
     counters = dict(ENGINE_TERMS[engine])
     out["terms"] = [{"term": t, "counter": counters[t], "coef_ns": fit.coef[t],
                      "ci_ns": list(fit.ci[t])} for t in fit.terms]

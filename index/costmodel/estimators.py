@@ -44,7 +44,8 @@ import numpy as np
 from bucketsearch.index.codes import check_bits
 from bucketsearch.index.costmodel.microbench import MICROBENCHMARK, mix_probe_times
 from bucketsearch.index.costmodel.paper import RADIUS_FIT, T0Estimate, radius_fit
-from bucketsearch.index.costmodel.regression import COND_MAX, CONFIDENCE, LinearFit, fit_linear
+from bucketsearch.index.costmodel.regression import (COND_MAX, CONFIDENCE, LinearFit, fit_linear,
+                                                    fit_nonnegative)
 
 QUERY_MODEL = "query_model"
 #: terms of the query model in priority order (an unidentified term never pushes out an
@@ -199,10 +200,12 @@ class QueryModel:
 def fit_query_model(samples: CostSamples, terms: tuple[str, ...] = DEFAULT_QUERY_TERMS,
                     time: str = "lookup", covariance: str = "HC3",
                     confidence: float = CONFIDENCE, cond_max: float = COND_MAX,
-                    trim: bool = True) -> QueryModel:
+                    trim: bool = True, nonnegative: bool = True) -> QueryModel:
     """Fit the per-query extended model. ``time``: ``lookup`` (sum of the query's
     ``lookup_ns``, the clock of ``T(R)``) or ``total`` (the query's whole in-kernel time);
-    ``trim``: queries within the fence of the queries that searched as many radii."""
+    ``trim``: queries within the fence of the queries that searched as many radii;
+    ``nonnegative``: a term fitted below 0 is left out and the fit redone
+    (:func:`~.regression.fit_nonnegative`; False: plain least squares)."""
     unknown = [t for t in terms if t not in QUERY_TERMS]
     if unknown:
         raise ValueError(f"terms: {unknown[0]!r} is not a term; allowed: {QUERY_TERMS}")
@@ -219,7 +222,12 @@ def fit_query_model(samples: CostSamples, terms: tuple[str, ...] = DEFAULT_QUERY
         elif t != "fixed":
             columns[t] = samples.per_query(t)[keep]
     order = [t for t in terms if t not in missing]
-    fit = fit_linear(columns, np.asarray(y)[keep], order, covariance, confidence, cond_max)
+    if nonnegative:
+        fit, dropped = fit_nonnegative(columns, np.asarray(y)[keep], order, covariance,
+                                       confidence, cond_max)
+        missing.update(dropped)
+    else:
+        fit = fit_linear(columns, np.asarray(y)[keep], order, covariance, confidence, cond_max)
     fit.unidentified.update(missing)
     return QueryModel(fit, "sum of lookup_ns over the query's radii" if time == "lookup"
                       else "total_ns of the query", int((~keep).sum()), trim)

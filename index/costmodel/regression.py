@@ -209,3 +209,21 @@ def fit_linear(columns: dict[str, np.ndarray], y, order, covariance: str = "HC3"
     ss_tot = float(((y - y.mean()) ** 2).sum())
     out.r2 = 1.0 - float(res @ res) / ss_tot if ss_tot > 0 else float("nan")
     return out
+
+
+def fit_nonnegative(columns: dict[str, np.ndarray], y, order, covariance: str = "HC3",
+                    confidence: float = CONFIDENCE,
+                    cond_max: float = COND_MAX) -> tuple[LinearFit, dict[str, str]]:
+    """:func:`fit_linear`, then, while a coefficient is negative, the most negative term left
+    out and the fit redone (a cost is never negative: a negative per-item or fixed term fitted
+    on noisy samples predicts negative times). Returns the fit and ``{term: reason}`` of the
+    terms left out so."""
+    order, dropped = list(order), {}
+    while True:
+        fit = fit_linear(columns, y, order, covariance, confidence, cond_max)
+        bad = [t for t in fit.terms if fit.coef[t] < 0]
+        if not bad:
+            return fit, dropped
+        worst = min(bad, key=lambda t: fit.coef[t])
+        dropped[worst] = f"negative coefficient ({fit.coef[worst]:.3g} ns): left out"
+        order.remove(worst)
