@@ -46,7 +46,6 @@ def _found(client, name, acked: dict) -> set:
     return found
 
 
-@pytest.mark.xfail(strict=False, reason="session 9: failed at the final merge of main (no snap-* folder after 600 acknowledged writes); not yet diagnosed, see the closing note")
 def test_sigkill_mid_stream_loses_no_acknowledged_write(bucketsearch_server_factory, tmp_path):
     data = tmp_path / "crash"
     # a small merge threshold so that background merges (snapshot + WAL rotation) run too
@@ -61,8 +60,11 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(bucketsearch_server_fact
                                                       stop, k)) for k in range(3)]
     for w in writers:
         w.start()
-    deadline = time.monotonic() + 60
-    while len(acked) < 600 and time.monotonic() < deadline:
+    # kill once 600 writes are acknowledged AND a merge has published a snapshot: on a busy
+    # machine the first merge of an auto index (its planner calibrates) can outlast 600 writes
+    deadline = time.monotonic() + 120
+    while (len(acked) < 600 or not list(data.glob("indexes/dur.*/snap-*"))) \
+            and time.monotonic() < deadline:
         time.sleep(0.02)
     server.kill()  # SIGKILL while the writers are still sending
     stop.set()

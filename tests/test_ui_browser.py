@@ -158,11 +158,12 @@ def shot(page, name: str) -> None:
 
 
 def chart_data(page, chart_id: str) -> list[dict]:
-    """The traces a chart holds as plotted: name, x and y per trace."""
+    """The traces a chart holds as plotted: name, x, y and the point labels per trace."""
     return page.evaluate(
         """id => (document.getElementById(id).data || []).map(
                t => ({name: t.name, type: t.type || 'scatter', x: Array.from(t.x || []),
-                      y: Array.from(t.y || [])}))""", chart_id)
+                      y: Array.from(t.y || []),
+                      text: Array.isArray(t.text) ? Array.from(t.text) : []}))""", chart_id)
 
 
 def wait_chart(page, chart_id: str, traces: int = 1) -> None:
@@ -225,16 +226,19 @@ def test_index_page_charts_one_point_per_radius(open_server, page_of):
     assert console.unexpected() == []
 
 
-@pytest.mark.xfail(strict=False, reason="session 9: the chart showed radii [0, 1] against the profile's 0..4 at the final merge of main; not yet diagnosed, see the closing note")
 def test_planner_choices_of_an_auto_index(open_server, page_of):
     page, console = page_of()
     page.goto(open_server.url + "/ui#/index/planned")
     wait_chart(page, "planner-chart", 4)
     traces = {t["name"]: t for t in chart_data(page, "planner-chart")}
+    # the chart covers every radius a range search reached, whichever engine the planner ran
+    # (the single-table rows alone stopped at r = 1 when it chose MIH above)
     with open_server.client() as c:
-        profile = c.get("/v1/indexes/planned/radius-profile").json()
+        profile = c.get("/v1/indexes/planned/radius-profile",
+                        params={"max_distance": SEARCH_RADIUS}).json()
     choices = profile["planner"]["choices"]
-    assert traces["chosen"]["x"] == [e["radius"] for e in choices]
+    assert traces["chosen"]["x"] == [e["radius"] for e in choices] == list(range(SEARCH_RADIUS + 1))
+    assert traces["chosen"]["text"] == [e["mode"] for e in choices]
     assert set(traces) == {"predicted single", "predicted mih", "predicted scan", "chosen"}
     assert page.locator("#write-controls #calibrate").count() == 1  # no keys: writes are open
     assert console.unexpected() == []

@@ -386,7 +386,12 @@
       const key = `${info.main_size}/${info.merges}/${info.size}`;
       sinceProfile += 1;
       if (!profile || key !== profileKey || sinceProfile >= PROFILE_EVERY) {
-        const top = Math.min(Math.max(0, ...cm.radii.map((e) => e.radius)), profileRadius(info.bits));
+        // the largest radius a range search reached, whatever engine ran it (cm.radii holds the
+        // single-table searches only: on an auto index whose planner ran MIH past r = 1 it
+        // stops there)
+        const searched = cm.radii.map((e) => e.radius).concat(
+          ((cm.engines && cm.engines.rows) || []).filter((e) => !e.k).map((e) => e.radius));
+        const top = Math.min(Math.max(0, ...searched), profileRadius(info.bits));
         const q = top > 0 ? `?max_distance=${top}` : "";
         try {
           profile = await api.get(`${path}/radius-profile${q}`);
