@@ -75,7 +75,8 @@ class IndexUnavailable(OSError):
 
 
 #: per index folder: the cost figures of its searches so far (CostTracker.history), written
-#: when the server stops and read back when it starts, so a restart keeps them
+#: every cost_history_interval_s while they change and when the server stops, and read back
+#: when it starts, so a restart (or a kill, up to the interval) keeps them
 COST_HISTORY = "cost-history.json"
 
 
@@ -91,13 +92,13 @@ def read_cost_history(folder: Path, tracker: CostTracker) -> None:
         log.warning("index folder %s: cost history not read back (%s)", folder.name, exc)
 
 
-def write_cost_history(folder: Path, tracker: CostTracker) -> None:
-    """Save ``tracker``'s history into the folder atomically (a failure is logged: the figures
-    are a record, not data)."""
+def write_cost_history(folder: Path, history: dict) -> None:
+    """Save a cost history (:meth:`CostTracker.history`) into the folder atomically (a failure
+    is logged: the figures are a record, not data)."""
     if not folder.is_dir():  # the index was deleted
         return
     try:
-        fsio.replace_file(folder / COST_HISTORY, json.dumps(tracker.history()).encode())
+        fsio.replace_file(folder / COST_HISTORY, json.dumps(history).encode())
     except OSError as exc:
         log.warning("index folder %s: cost history not saved (%s)", folder.name, exc)
 
@@ -149,6 +150,8 @@ class Registry:
         self.data_lock = None if settings.read_only else catalog.DataDirLock(settings.data_dir)
         self._stop = threading.Event()
         self._follower: threading.Thread | None = None
+        self._history_saver: threading.Thread | None = None
+        self._saved_counts: dict[str, tuple] = {}  # index name: its counts at its last save
         self.audit = ExactnessAudit.from_settings(settings)
 
     def redact(self, text: str | None) -> str | None:
@@ -197,6 +200,27 @@ class Registry:
             self._follower = threading.Thread(target=self._follow_loop, daemon=True,
                                               name="follow-writer")
             self._follower.start()
+        if not self.settings.read_only and self._history_saver is None:
+            self._history_saver = threading.Thread(target=self._save_history_loop, daemon=True,
+                                                   name="save-cost-history")
+            self._history_saver.start()
+
+    def _save_history_loop(self) -> None:
+        while not self._stop.wait(self.settings.cost_history_interval_s):
+            self.save_cost_histories(changed_only=True)
+
+    def save_cost_histories(self, changed_only: bool = False) -> None:
+        """Write every in-process index's cost history (``changed_only``: of those searched
+        since their last save)."""
+        for entry in list(self.entries.values()):
+            if getattr(entry.live, "sharded", False):
+                continue
+            history = entry.cost.history()
+            counts = (history["queries"], history["knn_queries"], history["samples"])
+            if changed_only and self._saved_counts.get(entry.name) == counts:
+                continue
+            write_cost_history(entry.folder, history)
+            self._saved_counts[entry.name] = counts
 
     def _load(self, found: catalog.IndexFolder) -> None:
         """Open one folder found on disk, or list it as unavailable with the reason."""
@@ -437,13 +461,14 @@ class Registry:
 
     def close(self) -> None:
         self._stop.set()
-        if self._follower is not None:
-            self._follower.join()
+        for thread in (self._follower, self._history_saver):
+            if thread is not None:
+                thread.join()
         self.audit.close()
         for entry in list(self.entries.values()):
             entry.live.close()
-            if not self.settings.read_only and not getattr(entry.live, "sharded", False):
-                write_cost_history(entry.folder, entry.cost)
+        if not self.settings.read_only:
+            self.save_cost_histories()
         if self.data_lock is not None:
             self.data_lock.release()
 

@@ -78,6 +78,10 @@ class Settings(BaseSettings):
         0.2, gt=0, le=60, description="read-only servers: seconds between two catch-ups with "
                                       "the writer's log (new writes, merges, new and deleted "
                                       "indexes)")
+    cost_history_interval_s: float = Field(
+        30.0, gt=0, le=3600, description="seconds between two saves of each index's cost "
+                                         "figures (cost-history.json; also saved at a clean "
+                                         "stop): a killed server loses at most this much")
     shards: int = Field(
         0, ge=0, le=1024, description="serve --shards N: new indexes are split over N shard "
                                       "actors on Ray (0: one in-process index; app/shards.py)")

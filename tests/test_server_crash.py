@@ -96,3 +96,33 @@ def test_sigkill_mid_stream_loses_no_acknowledged_write(bucketsearch_server_fact
         r = c.post("/v1/indexes/dur/search", json={"codes": ["00" * 8], "max_distance": 0})
         assert 9 * 10**9 in r.json()["results"][0]["ids"]
         assert _found(c, "dur", acked) == set(acked)
+
+
+def test_cost_figures_survive_a_kill(bucketsearch_server_factory, tmp_path):
+    """The cost history is saved every cost_history_interval_s while it changes, not only at a
+    clean stop: after a SIGKILL the restarted server shows the searches made before it."""
+    data = tmp_path / "costs"
+    env = dict(BUCKETSEARCH_WARMUP=0, BUCKETSEARCH_COST_HISTORY_INTERVAL_S=0.2)
+    server = bucketsearch_server_factory(data, **env)
+    words = np.random.default_rng(3).integers(0, 2**63, size=(40, 1), dtype=np.uint64)
+    with server.client() as c:
+        assert c.post("/v1/indexes", json={"name": "c", "bits": BITS,
+                                           "mode": "single"}).status_code == 201
+        assert c.post("/v1/indexes/c/items", json={"ids": list(range(40)),
+                                                   "codes": to_hex(words, BITS)}).status_code == 200
+        for r in (0, 1):
+            assert c.post("/v1/indexes/c/search", json={"codes": to_hex(words[:5], BITS),
+                                                        "max_distance": r}).status_code == 200
+        before = c.get("/v1/indexes/c/cost-model").json()
+        history = next(data.glob("indexes/c.*")) / "cost-history.json"
+        deadline = time.monotonic() + 30
+        while not history.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # a save after the last search (the saver writes what changed)
+    server.kill()
+    server = bucketsearch_server_factory(data, **env)
+    with server.client() as c:
+        after = c.get("/v1/indexes/c/cost-model").json()
+    assert after["queries"] == before["queries"] > 0
+    assert [(r["radius"], r["queries"]) for r in after["radii"]] == \
+        [(r["radius"], r["queries"]) for r in before["radii"]]
