@@ -70,6 +70,9 @@ DEFAULT_OVERHEAD_NS = 300.0
 DEFAULT_KNN_COEF = (20.0, 5.0)
 #: k of the k-NN run of the calibration queries that fits those two costs
 KNN_CALIBRATION_K = 64
+#: calibration queries of that k-NN run: each is a k = 64 search of near queries (milliseconds
+#: at 500k items), so the fit takes a few of them, not all (all of them took 5 of a merge's 8 s)
+KNN_CALIBRATION_QUERIES = 8
 DEFAULT_SCAN_NS_PER_ITEM = 2.0
 
 
@@ -395,18 +398,20 @@ class AutoIndex(IndexBase):
     def _fit_knn(self, xq) -> tuple[float, float]:
         """``(ns per probe, ns per candidate)`` of multi-index k-NN: :data:`DEFAULT_KNN_COEF`
         scaled by ``t / sum(f)``, ``t`` the thread CPU time of a k = :data:`KNN_CALIBRATION_K`
-        search of the calibration queries (best of :data:`CALIBRATION_REPEATS`; CPU time, not
+        search of the calibration queries (best of 3; CPU time, not
         the kernel's wall clock, which a loaded machine inflates) and ``f`` their cost under the
         default coefficients (one factor: probes and candidates grow together, a two-term fit
-        of them is ill-conditioned). Queries that switched to a scan are left out."""
+        of them is ill-conditioned), on the first :data:`KNN_CALIBRATION_QUERIES` queries.
+        Queries that switched to a scan are left out."""
         k = min(KNN_CALIBRATION_K, self.ntotal)
+        xq = xq[:KNN_CALIBRATION_QUERIES]
         st = self.mih.search(xq, k, stats=True)[2]
         keep = st.scanned_from < 0
         a, b = DEFAULT_KNN_COEF
         f = float((a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1))[keep].sum())
         if f == 0:
             return DEFAULT_KNN_COEF
-        scale = _best_thread_ns(lambda: self.mih.search(xq[keep], k)) / f
+        scale = _best_thread_ns(lambda: self.mih.search(xq[keep], k), repeats=3) / f
         return a * scale, b * scale
 
     def knn_predicted(self, R: int) -> float:
