@@ -40,7 +40,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(client, timeout: float = 120.0) -> dict:
+#: seconds a server may take to be ready: the first server of a fresh checkout compiles every
+#: kernel in its warm-up (no numba cache yet), which a busy 2-core machine stretches past 2 min
+READY_TIMEOUT_S = 300.0
+
+
+def wait_ready(client, timeout: float = READY_TIMEOUT_S) -> dict:
     """Poll ``GET /readyz`` until 200 and return its JSON; ``client`` is a ``TestClient`` or an
     ``httpx.Client`` with a base URL. Fails with the last answer after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -144,7 +149,8 @@ class ServerProcess:
         ServerProcess.launches += 1
         return self
 
-    def wait_ready(self, timeout: float = 120.0, wait_for: str = "/readyz") -> ServerProcess:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S,
+                   wait_for: str = "/readyz") -> ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -159,7 +165,8 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server not ready after {timeout} s: {self.log_text()[-3000:]}")
 
-    def start(self, timeout: float = 120.0, wait_for: str = "/readyz") -> ServerProcess:
+    def start(self, timeout: float = READY_TIMEOUT_S,
+              wait_for: str = "/readyz") -> ServerProcess:
         return self.launch().wait_ready(timeout, wait_for)
 
     def wait_exit(self, timeout: float) -> int | None:

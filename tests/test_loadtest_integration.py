@@ -51,7 +51,7 @@ def server(tmp_path_factory, codes):
     (tmp / "data").mkdir()
     srv = ServerProcess(tmp / "data", free_port(), tmp / "server.log")
     try:
-        srv.wait_ready(180)
+        srv.wait_ready()
         load_index(srv.url, codes, BITS, say=lambda *a: None)
         yield srv
     finally:
@@ -251,7 +251,7 @@ def slowed_server(tmp_path_factory, codes):
     srv = helpers.ServerProcess(tmp / "data", env, log_path=tmp / "server.log",
                                 app="slowed:create")
     try:
-        srv.start(timeout=180)
+        srv.start()
         load_index(srv.url, codes[:5000], BITS, say=lambda *a: None)
         yield srv.url
     finally:
