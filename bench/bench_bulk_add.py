@@ -77,7 +77,7 @@ def main(argv=None) -> int:
             with Client(server.url, timeout=600) as client:
                 client.create_index("bulk", BITS, mode="auto")
                 t = time.perf_counter()
-                client.add("bulk", words, first_id=0)
+                client.add("bulk", words, first_id=0, progress=True)
                 acked = time.perf_counter()
             print(f"bulk add of {args.n:,} codes acknowledged in {acked - t:.1f} s "
                   f"({args.n / (acked - t) / 1e6:.2f}M codes/s over HTTP)", flush=True)

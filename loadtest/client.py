@@ -345,6 +345,47 @@ def write_sink(dest, data: bytes) -> None:
 
 
 # ------------------------------------------------------------ the operations (sans I/O)
+class ProgressBar:
+    """``progress(done, total)`` of a bulk write: ``of(True, label)`` draws a rich bar on
+    stderr, ``of(callable)`` calls it, ``of(False)`` does nothing; a context manager."""
+
+    def __init__(self, label: str = "", call=None):
+        self.label, self.call, self._bar, self._task = label, call, None, None
+
+    @classmethod
+    def of(cls, progress, label: str = "") -> "ProgressBar":
+        if progress is True:
+            return cls(label)
+        if callable(progress):
+            return cls(label, progress)
+        if progress is False or progress is None:
+            return cls(label, lambda done, total: None)
+        raise ValueError(f"progress must be True, False or a callable (done, total), "
+                         f"got {progress!r}")
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.call is not None:
+            self.call(done, total)
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            self._bar = Progress(TextColumn(f"[bold]{self.label}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=total)
+        self._bar.update(self._task, completed=done)
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
 class _Base:
     """Operations as generators yielding :class:`Call` and receiving httpx responses (a
     refused call is thrown into the generator as its typed error); :class:`Client` and
@@ -407,10 +448,11 @@ class _Base:
         return bits
 
     def _chunked(self, n: int, item_bytes: int, make_call, cap: int | None = None,
-                 halve_on_limits: bool = False, write: bool = False):
+                 halve_on_limits: bool = False, write: bool = False, progress=None):
         """Send items ``0..n`` in consecutive chunks under the limits; ``make_call(a, b)``
         builds the request of items ``a:b``. Returns ``[(a, b, response)]``. An error of a
-        ``write`` after some chunks carries ``acknowledged``, the items they wrote."""
+        ``write`` after some chunks carries ``acknowledged``, the items they wrote.
+        ``progress(done, n)`` is called after each chunk."""
         out, start = [], 0
         cap = cap or n
         if not self._limits_asked:
@@ -439,6 +481,8 @@ class _Base:
                 raise self._partial(exc, out, write)
             out.append((start, start + size, resp))
             start += size
+            if progress is not None:
+                progress(start, n)
         return out
 
     def _ask_limits(self):
@@ -461,7 +505,7 @@ class _Base:
         return exc
 
     def _write_parts(self, name, route, codes, ids, first_id, idempotent, extra=None,
-                     cap=None, accept=None):
+                     cap=None, accept=None, progress=None):
         """Send an insert-shaped write (codes with ids, ``first_id``, or ids given by the index)
         in chunks; ``extra`` goes in the query string (binary) or the JSON body. Returns
         ``(parts, ids, auto)``: ``[(a, b, response)]``, the ids sent (None: the index gives
@@ -509,12 +553,13 @@ class _Base:
                         content=ids[a:b].astype("<i8").tobytes() + packed[a:b].tobytes(),
                         headers=headers, idempotent=idempotent)
         item_bytes = (2 * nb + 24) if self.wire == "json" else (nb + 8)
-        parts = yield from self._chunked(n, item_bytes, call, cap=cap, write=True)
+        parts = yield from self._chunked(n, item_bytes, call, cap=cap, write=True,
+                                         progress=progress)
         return parts, (None if auto else ids), auto
 
-    def _write_items(self, name, route, codes, ids, first_id, idempotent):
+    def _write_items(self, name, route, codes, ids, first_id, idempotent, progress=None):
         parts, ids, auto = yield from self._write_parts(name, route, codes, ids, first_id,
-                                                        idempotent)
+                                                        idempotent, progress=progress)
         if not parts:
             return 0, 0, np.zeros(0, dtype=np.int64)
         answers = [resp.json() for _, _, resp in parts]
@@ -618,8 +663,10 @@ class _Base:
         resp = yield self._json("PATCH", index_path(name), body)
         return self._remember(resp.json())
 
-    def _g_add(self, name, codes, ids, first_id):
-        _, _, ids = yield from self._write_items(name, ("items",), codes, ids, first_id, False)
+    def _g_add(self, name, codes, ids, first_id, progress=False):
+        with ProgressBar.of(progress, f"add to {name}") as bar:
+            _, _, ids = yield from self._write_items(name, ("items",), codes, ids, first_id,
+                                                     False, progress=bar)
         return ids
 
     def _g_add_dedup(self, name, codes, radius, ids, first_id, max_reported):
@@ -835,12 +882,15 @@ class _Base:
         returns the info once the new mode serves."""
         return self._run(self._g_set_mode(name, mode, substrings))
 
-    def add(self, name: str, codes, ids=None, *, first_id: int | None = None) -> np.ndarray:
+    def add(self, name: str, codes, ids=None, *, first_id: int | None = None,
+            progress=False) -> np.ndarray:
         """Insert codes with ``ids``, or ``first_id, first_id + 1, ...``; with neither, the
         index gives the ids (one more than the largest id it ever held, never given twice).
         An id already present is a 409 Conflict. Returns the ids inserted (int64, in the
-        order of ``codes``). Never retried."""
-        return self._run(self._g_add(name, codes, ids, first_id))
+        order of ``codes``). Never retried. A bulk add goes in requests of at most the
+        server's ``max_batch``; ``progress=True`` draws a bar on stderr as they are
+        acknowledged (or give a callable ``progress(done, total)``)."""
+        return self._run(self._g_add(name, codes, ids, first_id, progress))
 
     def add_dedup(self, name: str, codes, radius: int, ids=None, *,
                   first_id: int | None = None, max_reported: int = 10) -> DedupResult:

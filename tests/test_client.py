@@ -877,3 +877,21 @@ def test_dot_segments_are_refused_before_any_request():
                 await ac.delete_snapshot("a", "..")
 
     asyncio.run(run_async())
+
+
+def test_a_bulk_add_reports_its_progress(server, wire, capfd):
+    """``add(progress=...)``: a callable hears (done, total) after each acknowledged request,
+    growing to the total; True draws a bar on stderr; anything else is a ValueError."""
+    name = f"progress-{wire}"
+    words = random_words(700, 64, seed=11)
+    seen = []
+    with Client(server.url, api_key=WRITE_KEY, wire=wire) as c:
+        fresh(c, name, 64)
+        c.add(name, words[:500], first_id=0, progress=lambda done, total: seen.append((done, total)))
+        assert len(seen) >= 500 // MAX_BATCH and seen[-1] == (500, 500)
+        assert [d for d, _ in seen] == sorted({d for d, _ in seen}) and {t for _, t in seen} == {500}
+        c.add(name, words[500:], first_id=500, progress=True)
+        assert "add to " + name in capfd.readouterr().err
+        with pytest.raises(ValueError, match="progress must be True, False or a callable"):
+            c.add(name, words[:1], [9999], progress="yes")
+        assert c.index(name)["size"] == 700
