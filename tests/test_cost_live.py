@@ -234,3 +234,37 @@ def test_cost_history_and_merges_are_read_back_after_a_restart(tmp_path):
             == [(r["radius"], r["queries"], r["measured"]["p50_ns"]) for r in before["radii"]]
     with app_client(data, read_only=True) as c:
         assert c.get("/v1/indexes/h/cost-model").json()["queries"] == 0
+
+
+@pytest.mark.parametrize("damage", ["not json", "wrong version", "other bits", "unwritable"])
+def test_a_damaged_or_unwritable_cost_history_never_stops_the_index(tmp_path, caplog, damage):
+    """cost-history.json is a record, not data: damaged, it is left out with a warning naming
+    the folder and the index serves with fresh figures; unwritable, the save is logged and the
+    server stops cleanly."""
+    data = tmp_path / "data"
+    words = _words(np.random.default_rng(8), 30)
+    with app_client(data) as c:
+        c.post("/v1/indexes", json={"name": "d", "bits": BITS, "mode": "single"})
+        c.post("/v1/indexes/d/items", json={"ids": list(range(30)), "codes": to_hex(words, BITS)})
+        assert c.post("/v1/indexes/d/search", json={"codes": to_hex(words[:3], BITS),
+                                                    "max_distance": 1}).status_code == 200
+    path = next(data.glob("indexes/d.*")) / "cost-history.json"
+    assert path.exists()
+    if damage == "unwritable":  # a directory in its place: unreadable, and no rename onto it
+        path.unlink()
+        (path / "x").mkdir(parents=True)
+        with caplog.at_level("WARNING"), app_client(data) as c:
+            assert c.post("/v1/indexes/d/search", json={
+                "codes": to_hex(words[:3], BITS), "max_distance": 1}).status_code == 200
+        assert "cost history not read back" in caplog.text
+        assert "cost history not saved" in caplog.text
+        return
+    text = {"not json": "{", "wrong version": '{"version": -1}',
+            "other bits": path.read_text().replace(f'"bits": {BITS}', '"bits": 8')}[damage]
+    path.write_text(text)
+    with caplog.at_level("WARNING"), app_client(data) as c:
+        assert c.get("/v1/indexes/d/cost-model").json()["queries"] == 0
+        r = c.post("/v1/indexes/d/search", json={"codes": to_hex(words[:3], BITS),
+                                                 "max_distance": 1})
+        assert r.status_code == 200 and 0 in r.json()["results"][0]["ids"]
+    assert "cost history not read back" in caplog.text
