@@ -1,4 +1,5 @@
-"""The index registry: the indexes this server holds, by name, over :mod:`index.storage.catalog`.
+"""The index registry: the indexes this server holds, by name, over
+:mod:`bucketsearch.index.storage.catalog`.
 
 Every index folder found at start-up is opened on its own: one that fails (corrupt files,
 unreadable metadata, no file descriptors left) is listed under ``unavailable`` with its state
@@ -25,7 +26,7 @@ from bucketsearch.app.audit import ExactnessAudit
 from bucketsearch.app.costfit import CostTracker
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import backup, catalog, exports, fsio
+from bucketsearch.index.storage import backup, catalog, exports, fsio, layout
 from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
@@ -77,7 +78,7 @@ class IndexUnavailable(OSError):
 #: per index folder: the cost figures of its searches so far (CostTracker.history), written
 #: every cost_history_interval_s while they change and when the server stops, and read back
 #: when it starts, so a restart (or a kill, up to the interval) keeps them
-COST_HISTORY = "cost-history.json"
+COST_HISTORY = layout.COST_HISTORY
 
 
 def read_cost_history(folder: Path, tracker: CostTracker) -> None:
@@ -142,7 +143,7 @@ class Unavailable:
 class Registry:
     def __init__(self, settings):
         self.settings = settings
-        self.root = Path(settings.data_dir) / "indexes"
+        self.root = Path(settings.data_dir) / layout.INDEXES
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
@@ -348,7 +349,8 @@ class Registry:
             return entry
 
     def restore(self, name: str, data: bytes) -> Entry:
-        """Create index ``name`` from a backup (:mod:`index.storage.backup`), atomically: its
+        """Create index ``name`` from a backup (:mod:`bucketsearch.index.storage.backup`),
+        atomically: its
         items are logged and merged into a snapshot inside the hidden new folder, which is
         renamed into place only when complete."""
         meta, ids, words = exports.load(data)
@@ -378,7 +380,8 @@ class Registry:
 
     def snapshot(self, entry: Entry) -> dict:
         """Write a snapshot tar of ``entry``'s live items at one state (every write acknowledged
-        before the call is in it) into the index folder (:mod:`index.storage.exports`)."""
+        before the call is in it) into the index folder
+        (:mod:`bucketsearch.index.storage.exports`)."""
         if self.settings.read_only:
             raise PermissionError("the server is read-only: snapshots are written by the "
                                   "writer (GET /v1/indexes/{name}/backup works here)")
