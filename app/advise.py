@@ -1,5 +1,5 @@
 """The radius advisor's service: the request's queries, database and relevance gathered from
-an index's live state (read once), then :func:`index.evaluation.advisor.advise`.
+an index's live state (read once), then :func:`bucketsearch.index.evaluation.advisor.advise`.
 app/routers/advise.py keeps only the HTTP part.
 
 Queries: ``query_ids`` (items of the index), ``codes`` (hex), or else ``sample`` items

@@ -74,7 +74,8 @@ class CostSamples:
 
     @classmethod
     def from_stats(cls, stats) -> CostSamples:
-        """From a :class:`~index.base.SearchStats` (or a list of them, concatenated)."""
+        """From a :class:`~bucketsearch.index.base.SearchStats` (or a list of them,
+        concatenated)."""
         if isinstance(stats, (list, tuple)):
             stats = type(stats[0]).concat(list(stats)) if len(stats) > 1 else stats[0]
         return cls(*(np.asarray(getattr(stats, f), dtype=np.int64) for f in COUNTERS),

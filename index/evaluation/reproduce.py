@@ -25,7 +25,8 @@ and by measured RAMAP gives the same order is reported per Q and over all (metho
 (means closer than their standard error over the runs). ``--save-codes`` keeps the first split's
 codes for ``bucketsearch eval --dataset NAME:SEED``.
 
-Measured cost: the codes are indexed in :class:`index.probe.HammingIndex` (single table) and the
+Measured cost: the codes are indexed in :class:`bucketsearch.index.probe.HammingIndex` (single
+table) and the
 queries run as radius-R searches with per-radius statistics; ``T(r)`` is the median over queries
 of the in-kernel lookup time of the rings 0..r summed per query, the smallest such median over
 ``--repeats`` passes (the least disturbed by other processes); RAMAP then uses ``T(r) / T(0)``.
