@@ -72,7 +72,7 @@ def evaluation_database(entry, state, db_ids_in: list[int] | None
 def relevance_of(body, nq: int, db_ids: np.ndarray):
     """The relevance matrix of the request: ``relevant_ids`` per query, or ``query_labels``
     against ``db_labels``."""
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
 
     if body.relevant_ids is not None:
         if body.query_labels is not None or body.db_labels is not None:

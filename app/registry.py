@@ -24,55 +24,20 @@ import numpy as np
 from bucketsearch import __version__
 from bucketsearch.app.audit import ExactnessAudit
 from bucketsearch.app.costfit import CostTracker
+from bucketsearch.app.indexerrors import (IndexExists, IndexLimit, IndexNotFound,  # noqa: F401
+                                         IndexUnavailable, NotOnShards, SnapshotNotFound,
+                                         require_in_process)
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import backup, catalog, exports, fsio, layout
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import backup, catalog, exports, layout
 from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
+from bucketsearch.index.storage.state import bucket_sizes
 from bucketsearch.index.storage.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
 RETRY_UNAVAILABLE_S = 10.0  # a read-only server tries an index it could not open again after
 RESTORE_CHUNK = 1 << 20  # items per WAL record of a restore (a record is at most 2 GiB)
-
-
-class IndexNotFound(LookupError):
-    def __init__(self, name: str):
-        super().__init__(f"index {name!r} not found")
-
-
-class SnapshotNotFound(LookupError):
-    """A snapshot name that the index does not hold (404)."""
-
-
-class IndexExists(LookupError):
-    def __init__(self, name: str, existing: str):
-        same = "" if name == existing else f" (as {existing!r}: names are unique regardless " \
-                                             "of case)"
-        super().__init__(f"name: index {name!r} already exists{same}; delete it first or pick "
-                         "another name")
-
-
-class IndexLimit(LookupError):
-    """The server holds ``max_indexes`` indexes already (HTTP 409)."""
-
-
-class NotOnShards(LookupError):
-    """A route that reads an index's arrays in this process, asked of a sharded index (409)."""
-
-
-def require_in_process(entry, what: str) -> None:
-    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (app/shards.py)."""
-    if getattr(entry.live, "sharded", False):
-        raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
-                          f"{entry.live.n} shards ({what} reads the index's arrays in one "
-                          "process; docs/scale-out.md lists what a sharded index serves)")
-
-
-class IndexUnavailable(OSError):
-    """The index exists but could not be opened (HTTP 503 with the reason and
-    ``Retry-After: retry_after_s``)."""
-
-    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away
 
 
 #: per index folder: the cost figures of its searches so far (CostTracker.history), written
@@ -523,15 +488,3 @@ class Registry:
             "applied_lsn": live.applied.lsn, "lag_ms": round(live.lag_ms, 1),
             "follow_error": entry.follow_error,
         }
-
-
-def bucket_sizes(main) -> np.ndarray:
-    """Items per distinct full code of the main table (its buckets in single mode)."""
-    if not main.ntotal:
-        return np.empty(0, dtype=np.int64)
-    table = getattr(main, "table", None)
-    if table is not None:
-        return np.asarray(table.bucket_sizes())
-    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
-    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
-    return np.diff(np.concatenate([[0], change, [len(words)]]))

@@ -46,7 +46,7 @@ from bucketsearch.app import shardwrites
 from bucketsearch.app.partitioning import (PARTITIONINGS, id_shard, join_prefix,
                                             popcount_small, prefix_bits, split_prefix)
 from bucketsearch.app.raysession import ensure_ray  # noqa: F401 -- the registry's entry
-from bucketsearch.app.registry import IndexUnavailable
+from bucketsearch.app.indexerrors import IndexUnavailable
 from bucketsearch.app.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words

@@ -97,7 +97,7 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
     """The evaluation as the evaluate endpoint runs it, with every relevance form: class ids of
     each integer width the histogram kernel narrows them to, multi-hot labels, relevant ids;
     graded and not, with and without a measured cost."""
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
     from bucketsearch.index.metrics import evaluate
 
     state = live.state

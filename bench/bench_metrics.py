@@ -34,7 +34,7 @@ import numba  # noqa: E402
 
 from bucketsearch.index.metrics import (evaluate, hamming_histograms, radius_metrics,  # noqa: E402
                                         ranking_metrics)
-from bucketsearch.index.evaluation.relevance import from_labels  # noqa: E402
+from bucketsearch.index.metrics.relevance import from_labels  # noqa: E402
 
 
 def argsort_baseline(q_pm: np.ndarray, b_pm: np.ndarray, yq: np.ndarray, yb: np.ndarray,

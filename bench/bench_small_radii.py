@@ -42,7 +42,7 @@ import numpy as np
 import oldtree
 
 from bucketsearch.index.codes import to_packed
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 from bucketsearch.index.factory import make_index
 
 MODES = ("single", "mih", "auto")

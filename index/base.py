@@ -15,7 +15,7 @@ import numpy as np
 
 from bucketsearch.index._jit import compiled_entry, default_threads
 from bucketsearch.index.codes import as_words, check_bits
-from bucketsearch.index.storage.store import load_arrays, save_arrays
+from bucketsearch.index.disk.store import load_arrays, save_arrays
 
 DEFAULT_MAX_PROBES = 10_000_000
 PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel

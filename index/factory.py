@@ -17,7 +17,7 @@ from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.probe import DEFAULT_MAX_PROBES, HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.storage.store import load_arrays
+from bucketsearch.index.disk.store import load_arrays
 
 ENGINES = {cls.kind: cls for cls in (HammingIndex, MultiIndex, AutoIndex, LinearScan)}
 MODES = tuple(ENGINES)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from bucketsearch.index.codes import check_bits, to_packed
-from bucketsearch.index.evaluation.synth import clustered_codes as _clustered_words
+from bucketsearch.index.synth import clustered_codes as _clustered_words
 
 DEFAULT_N = 1_000_000
 DEFAULT_BITS = 64

@@ -60,7 +60,7 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     """Time empty and non-empty probes of a :class:`~bucketsearch.index.table.BucketTable`:
     ``{"empty_ns", "nonempty_ns", "fill", "empty_pass_ns", "nonempty_pass_ns"}`` (means, ``fill``
     the fraction of random codes that hit a bucket, the per-pass means; nan: no such key)."""
-    from bucketsearch.index.evaluation.synth import uniform_codes
+    from bucketsearch.index.synth import uniform_codes
 
     if repeats < 1 or n_keys < 1:
         raise ValueError(f"n_keys and repeats must be >= 1, got {n_keys} and {repeats}")

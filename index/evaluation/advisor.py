@@ -86,7 +86,7 @@ def measure_radius(state, xq: np.ndarray, radius: int, *, max_probes: int | None
     sample after a warm-up run; ``(None, reason)`` when a limit refuses it (before any work for
     the probe limits, as the search route does)."""
     from bucketsearch.index.base import ProbeLimitError, ResultLimitError
-    from bucketsearch.index.storage.live import with_probe_limit
+    from bucketsearch.index.storage.state import with_probe_limit
 
     nq = len(xq)
     main = state.main
@@ -212,7 +212,7 @@ def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max:
     """Every per-radius figure, the mAP, the recommendation and the frontier marks (module
     docstring). ``xq`` and ``xb`` are uint64 words of ``state.bits`` bits; ``relevance``
     covers ``(len(xq), len(xb))``."""
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     from bucketsearch.index.metrics import evaluate, hamming_histograms
     from bucketsearch.index.metrics.ramap import modeled_costs
 

@@ -43,7 +43,7 @@ from numba import prange
 
 from bucketsearch.index._jit import pjit, popcount64
 from bucketsearch.index.codes import as_words, word_widths
-from bucketsearch.index.evaluation.relevance import Relevance, dense
+from bucketsearch.index.metrics.relevance import Relevance, dense
 from bucketsearch.index.metrics.conventions import DEFAULT, Conventions
 from bucketsearch.index.metrics.histogram import Histograms
 from bucketsearch.index.metrics.radius import radius_metrics

@@ -29,7 +29,7 @@ import numpy as np
 
 from bucketsearch.index.evaluation.buckets import (DEFAULT_MAX_PROBES, bit_array, evaluate_tables,
                                                    timed_search)
-from bucketsearch.index.evaluation.relevance import Relevance
+from bucketsearch.index.metrics.relevance import Relevance
 from bucketsearch.index.metrics.conventions import DEFAULT, Conventions
 
 QUALITIES = ("f_micro", "f_macro", "recall_micro")

@@ -105,7 +105,7 @@ def strategies(xb, xq, bits: int, seed: int) -> dict:
 def paper_rows(data, bits: int, radius_max: int, seed: int) -> dict:
     """MAP, precision, recall, RAMAP (and RAMAP without the time penalty) by radius for each
     strategy of the paper's argument."""
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     from bucketsearch.index.metrics import (hamming_histograms, radius_metrics, ramap,
                                             ranking_metrics)
     rel = from_labels(data.yq, data.yb)
@@ -285,7 +285,7 @@ def compare_methods(dataset: str, bits_list, runs: int, radius: int, seed: int,
     (split r uses seed ``seed + r``); ``save_codes``: a folder for the first split's codes."""
     from bucketsearch.index.evaluation.coding import pca_basis
     from bucketsearch.index.evaluation.datasets import load
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     per_run = {(q, m): [] for q in bits_list for m in COMPARE_METHODS}
     name = dataset
     for run in range(runs):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.evaluation.relevance import Relevance, dense, from_pairs
+from bucketsearch.index.metrics.relevance import Relevance, dense, from_pairs
 
 
 def rankings(db_codes, query_codes, depth: int) -> tuple[np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ from numba import prange
 
 from bucketsearch.index._jit import njit, pjit, popcount64
 from bucketsearch.index.codes import as_words
-from bucketsearch.index.evaluation.relevance import Relevance
+from bucketsearch.index.metrics.relevance import Relevance
 
 #: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k,
 #: weighted-AP numerator

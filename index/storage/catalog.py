@@ -23,7 +23,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from bucketsearch.index.storage import fsio, layout
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import layout
 from bucketsearch.index.storage.layout import INDEX_META as META
 from bucketsearch.index.storage.layout import LOCK
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bucketsearch.index.storage import backup, fsio
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import backup
 from bucketsearch.index.storage.backup import BackupError
 from bucketsearch.index.storage.layout import BACKUPS as DIR
 

@@ -17,7 +17,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from bucketsearch.index.storage import fsio
+from bucketsearch.index.disk import fsio
 from bucketsearch.index.storage.layout import COMMIT_FILE, segment_name
 from bucketsearch.index.storage.wal import MAGIC, CorruptLogError, Op, scan_segment
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bucketsearch.index.storage.store import MANIFEST
+from bucketsearch.index.disk.store import MANIFEST
 
 # -------------------------------------------------------------------------- data directory
 LOCK = "LOCK"

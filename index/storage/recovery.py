@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bucketsearch.index.factory import make_index
-from bucketsearch.index.storage import follow, fsio, layout, snapshot
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import follow, layout, snapshot
 from bucketsearch.index.storage.state import LiveState, apply_ops, base_state
 from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, cut_torn_tail,
                                             list_segments, record, salvage, scan_segment)

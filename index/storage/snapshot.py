@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bucketsearch.index.factory import index_from_arrays
-from bucketsearch.index.storage import fsio, layout
-from bucketsearch.index.storage.store import load_arrays
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import layout
+from bucketsearch.index.disk.store import load_arrays
 from bucketsearch.index.storage.wal import list_segments
 
 log = logging.getLogger(__name__)

@@ -427,3 +427,15 @@ def base_state(main, bits: int, version: int, id_high: int = -1) -> LiveState:
     ids = sort_ids(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
     return LiveState(bits, main, ids, None, _EMPTY_IDS,
                      np.empty((0, n_words(bits)), dtype=np.uint64), _EMPTY_IDS, version, id_high)
+
+
+def bucket_sizes(main) -> np.ndarray:
+    """Items per distinct full code of the main table (its buckets in single mode)."""
+    if not main.ntotal:
+        return np.empty(0, dtype=np.int64)
+    table = getattr(main, "table", None)
+    if table is not None:
+        return np.asarray(table.bucket_sizes())
+    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
+    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
+    return np.diff(np.concatenate([[0], change, [len(words)]]))

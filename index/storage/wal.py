@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import resource
 import struct
 import threading
@@ -45,7 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.storage import fsio, layout
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import layout
 from bucketsearch.index.storage.layout import segment_name
 
 MAGIC = b"BSWAL001"
