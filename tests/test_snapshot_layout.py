@@ -2,8 +2,11 @@
 snapshots an older bucketsearch wrote (layout 1: ``snapshot.json`` beside ``main/``)."""
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from bucketsearch.index.storage.live import LiveIndex
 from bucketsearch.index.storage.store import save_arrays
 
 BITS = 32
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _codes(ids):
@@ -152,3 +156,28 @@ def test_a_crash_inside_the_snapshot_write_leaves_no_snapshot_and_no_leftover(tm
     assert layout.snapshot_leftovers(tmp_path)  # the temporary directory, until recovery
     again = LiveIndex(tmp_path, BITS, background_merge=False)
     assert again.ntotal == 5 and layout.snapshot_leftovers(tmp_path) == []
+
+
+FOLDER_NAMES = re.compile(r"wal-|snap-|wal\.committed|index\.json|snapshot\.json|write\.pending|"
+                          r"cost-history\.json|shard-|\.broken-|\.corrupt-|\.creating-|\.deleted-|"
+                          r"^LOCK$|^backups$")
+
+
+def spelled_names(source: str) -> list[str]:
+    """String constants of ``source`` (not docstrings, not prose: no whitespace) that spell a
+    file name of an index folder or of the data directory."""
+    tree = ast.parse(source)
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and id(n) not in docs and not re.search(r"\s", n.value)
+            and FOLDER_NAMES.search(n.value)]
+
+
+def test_only_the_layout_module_spells_the_folder_names():
+    """Issue 29 item 3: one module owns every file name of an index folder."""
+    assert spelled_names('"""wal-1"""\nx = f"snap-{t:08d}"\ny = "see wal-00000001.log"\n') \
+        == ["snap-"]
+    found = {p.relative_to(ROOT).as_posix(): names
+             for p in sorted([*(ROOT / "index").rglob("*.py"), *(ROOT / "app").rglob("*.py")])
+             if p.name != "layout.py" and (names := spelled_names(p.read_text()))}
+    assert found == {}

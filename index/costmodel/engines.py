@@ -39,7 +39,7 @@ import numpy as np
 
 from bucketsearch.index.base import ENGINES
 from bucketsearch.index.costmodel.estimators import FENCE, HOLDS_FACTOR, within_fence
-from bucketsearch.index.costmodel.regression import CONFIDENCE, fit_nonnegative
+from bucketsearch.index.fits.regression import CONFIDENCE, fit_nonnegative
 
 ENGINE_NAMES = ("single", "mih", "scan")
 #: :data:`bucketsearch.index.base.ENGINES` as an array: engine codes to names in one indexing

@@ -43,8 +43,8 @@ import numpy as np
 
 from bucketsearch.index.codes import check_bits
 from bucketsearch.index.costmodel.microbench import MICROBENCHMARK, mix_probe_times
-from bucketsearch.index.costmodel.paper import RADIUS_FIT, T0Estimate, radius_fit
-from bucketsearch.index.costmodel.regression import (COND_MAX, CONFIDENCE, LinearFit, fit_linear,
+from bucketsearch.index.fits.paper import RADIUS_FIT, T0Estimate, radius_fit
+from bucketsearch.index.fits.regression import (COND_MAX, CONFIDENCE, LinearFit, fit_linear,
                                                     fit_nonnegative)
 
 QUERY_MODEL = "query_model"

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit
-from bucketsearch.index.costmodel.paper import T0Estimate
-from bucketsearch.index.costmodel.regression import CONFIDENCE, t_quantile
+from bucketsearch.index.fits.paper import T0Estimate
+from bucketsearch.index.fits.regression import CONFIDENCE, t_quantile
 from bucketsearch.index.table import find_bucket, find_bucket_word
 
 MICROBENCHMARK = "microbenchmark"

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from bucketsearch.index.costmodel.paper import r_squared, reached_mask, relative_errors
+from bucketsearch.index.fits.paper import r_squared, reached_mask, relative_errors
 
 EXTENDED_TERMS = ("const", "probes", "nonempty_buckets", "items", "candidates")
 
