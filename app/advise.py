@@ -1,5 +1,5 @@
 """The radius advisor's service: the request's queries, database and relevance gathered from
-an index's live state (read once), then :func:`index.evaluation.advisor.advise`.
+an index's live state (read once), then :func:`bucketsearch.index.evaluation.advisor.advise`.
 app/routers/advise.py keeps only the HTTP part.
 
 Queries: ``query_ids`` (items of the index), ``codes`` (hex), or else ``sample`` items
@@ -81,7 +81,7 @@ def _queries(entry, body, ids: np.ndarray, words: np.ndarray, sample: int):
 
 def _relevance(body, nq: int, qids, db_ids: np.ndarray):
     """The Relevance of the request over (queries, database rows), or None."""
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
 
     if body.pairs is not None:
         if body.db_labels is not None or body.query_labels is not None:

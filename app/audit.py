@@ -1,7 +1,7 @@
 """The exactness audit: a background sampler re-checks a share of the served search answers
 (range and k-NN, with or without a delta and tombstones) against a linear scan of the same
-:class:`~index.storage.live.LiveState` the request read (index/storage/exact.py), off the
-request path.
+:class:`~bucketsearch.index.storage.live.LiveState` the request read (index/storage/exact.py), off
+the request path.
 
 Sampling (``audit_rate`` = p, on by default at 0.01): systematic with a random start in every
 block: the answered searches are numbered by one shared counter; in each block of
@@ -9,7 +9,7 @@ block: the answered searches are numbered by one shared counter; in each block o
 sampled. So the share is 1/P, any one search is sampled with probability 1/P, and a fault that
 makes every answer wrong is sampled within at most ``2P - 1`` searches (the sampling bound).
 The request path pays one ``next()`` of an ``itertools.count`` and one compare when it is not
-sampled (:func:`app.routers.search.run_search`); a sampled request copies up to
+sampled (:func:`bucketsearch.app.routers.search.run_search`); a sampled request copies up to
 ``audit_queries`` randomly chosen queries and their served answers (never the whole batch) and
 puts them on a bounded queue (``audit_queue``): when it is full the sample is dropped and
 counted, the request never waits.

@@ -168,8 +168,8 @@ def knn_work(state, nq: int, k: int, radius: int | None) -> Work:
 def check_calibration(state, queries: int, max_distance: int, settings) -> None:
     """The budget of ``POST .../cost-model/calibrate``, before any work: ``queries`` sampled
     queries searched one by one at every radius ``r = 0..max_distance`` of the single table
-    (:func:`app.costfit.calibrate`; an ``auto`` index's planner's, none for an ``mih`` index),
-    with statistics and no result cap, up to ``CALIBRATION_PASSES`` times (a warm pass, then
+    (:func:`bucketsearch.app.costfit.calibrate`; an ``auto`` index's planner's, none for an ``mih``
+    index), with statistics and no result cap, up to ``CALIBRATION_PASSES`` times (a warm pass, then
     rounds until the interval is tight). Probes add up over the radii and passes; memory is the
     statistics of every search (kept for the fit, twice: the samples the fit builds are as
     large) plus the largest answer of one search."""

@@ -1,6 +1,6 @@
 """Per-index cost bookkeeping of the server: per-radius histograms and counters of every search,
 and the cost model's estimates of them (pure, no I/O). Every formula is in
-:mod:`index.costmodel`; this module only collects the samples and names their source.
+:mod:`bucketsearch.index.costmodel`; this module only collects the samples and names their source.
 
 Per radius ``r`` (a :class:`RadiusRecord`, over the queries that reached r since the server
 started): log-spaced histograms of ``T(r)`` (the radius's own in-kernel lookup time) and of
@@ -10,14 +10,14 @@ delta segment, scanned linearly, has no per-radius counters). The histograms hav
 ``SUB_BUCKETS`` buckets per power of two (about 4.4% relative resolution); a quantile is the
 upper bound of the bucket holding it.
 
-Estimates (each named, :mod:`index.costmodel`):
+Estimates (each named, :mod:`bucketsearch.index.costmodel`):
 
 * ``radius_fit`` and ``query_model`` over the most recent ``EXTENDED_BUFFER_ROWS`` queries,
   refit when ``GET .../cost-model`` or a ``/metrics`` scrape finds new searches (about 0.1 s
   for a full buffer on the 2-core machine); a search's ``modeled_ns`` uses the last fit, so no
   search pays for a refit;
 * a calibration (:func:`calibrate`): sampled queries searched at every radius 0..R, then
-  :func:`index.costmodel.fit_all` with the ``microbenchmark`` of the single table.
+  :func:`bucketsearch.index.costmodel.fit_all` with the ``microbenchmark`` of the single table.
 
 The t0 the server models with (``modeled_ns`` in search stats, the per-radius paper columns) is
 the calibration's ``radius_fit`` when there is one, else the observed ``radius_fit``.
@@ -143,7 +143,7 @@ def paper_rows(st):
 
 def live_rows(records: dict[int, RadiusRecord], bits: int, t0: float | None) -> list[dict]:
     """Per radius the measured row of the records and the paper's columns
-    (:func:`index.costmodel.paper_columns`), plus ``modeled_ns = t0 x mean probes``."""
+    (:func:`bucketsearch.index.costmodel.paper_columns`), plus ``modeled_ns = t0 x mean probes``."""
     rows = []
     for r, rec in sorted(records.items()):
         if not rec.n:
@@ -237,8 +237,8 @@ class CostTracker:
         self._engines_cache: tuple | None = None  # (key, engine report)
 
     def observe(self, st) -> None:
-        """Queue a :class:`index.probe.SearchStats` (O(1): the request does not pay for the
-        bookkeeping; :meth:`drain` folds the queue in, on every read of the figures)."""
+        """Queue a :class:`bucketsearch.index.probe.SearchStats` (O(1): the request does not pay for
+        the bookkeeping; :meth:`drain` folds the queue in, on every read of the figures)."""
         if st is not None and len(st.radii):
             self._pending.append(st)  # deque.append is thread-safe
             if len(self._pending) > MAX_PENDING:
@@ -347,8 +347,8 @@ class CostTracker:
         return out
 
     def engines(self, t0: float | None, paper: dict) -> dict | None:
-        """:func:`index.costmodel.engines.engine_report` of the recent searches (the model of
-        what ran; None before any search), with the paper's ``t0`` (``radius_fit``) and
+        """:func:`bucketsearch.index.costmodel.engines.engine_report` of the recent searches (the
+        model of what ran; None before any search), with the paper's ``t0`` (``radius_fit``) and
         verdict ``paper``; cached until new searches are folded in or ``t0`` changes."""
         self.drain()
         with self._lock:
@@ -408,7 +408,8 @@ class CostTracker:
 
 
 def agreement(estimates: list[dict]) -> dict:
-    """:func:`index.costmodel.t0_agreement` of estimate dicts (named ``source/estimator``)."""
+    """:func:`bucketsearch.index.costmodel.t0_agreement` of estimate dicts (named
+    ``source/estimator``)."""
     return t0_agreement([T0Estimate(f"{e['source']}/{e['estimator']}", e["t0_ns"],
                                     tuple(e["ci_ns"]) if e["ci_ns"] else None, e["samples"],
                                     e["formula"]) for e in estimates])
@@ -485,8 +486,8 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
     rounds (Student's t, :func:`round_interval`) is within ``tight`` of
     the mean after at least ``rounds[0]`` rounds; after ``rounds[1]`` it is reported unstable
     with its interval. ``t0`` is the mean over the rounds (estimator
-    :data:`CALIBRATION_ESTIMATOR`); :func:`index.costmodel.fit_all` of every round's searches
-    with the probe micro-benchmark is kept under ``fits``."""
+    :data:`CALIBRATION_ESTIMATOR`); :func:`bucketsearch.index.costmodel.fit_all` of every round's
+    searches with the probe micro-benchmark is kept under ``fits``."""
     main = live.state.main
     engine = paper_engine(main)
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time(),

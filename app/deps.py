@@ -1,6 +1,7 @@
 """Dependencies: settings, registry, the index named in the path, and the auth declarations.
 
-``ReadAuth`` / ``WriteAuth`` declare what a route needs; ``app.guard.Guard`` enforces it before
+``ReadAuth`` / ``WriteAuth`` declare what a route needs; ``bucketsearch.app.guard.Guard`` enforces
+it before
 the body is read (FastAPI parses a pydantic body before it resolves dependencies, so a check
 here alone would answer 400 before 401). The dependencies check again only when the guard did
 not run, or enforced less than the route declares (an app built without the guard).

@@ -104,7 +104,8 @@ def results_binary(lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> bytes:
 
 def dedup_binary(result) -> bytes:
     """The ``Accept: application/octet-stream`` answer of a dedup insert
-    (:class:`index.storage.dedup.DedupResult`): ``u64 n | i64 item_ids[n] | i64 lims[n+1] |
+    (:class:`bucketsearch.index.storage.dedup.DedupResult`): ``u64 n | i64 item_ids[n] | i64
+    lims[n+1] |
     i64 duplicate_of[m] | i32 distances[m]``, little-endian, ``m = lims[n]``: item ``j`` was
     inserted iff ``lims[j] == lims[j+1]``; ``item_ids[j]`` is -1 for a rejected item of a
     request without ids. After ``item_ids`` it is the search's binary layout."""

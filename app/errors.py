@@ -80,9 +80,9 @@ def validation_errors(errors) -> tuple[str, list[dict]]:
 
 def deleted_meanwhile(request: Request) -> JSONResponse | None:
     """404 when the index the request works on (``request.state.entry``, set by
-    app.deps.get_entry) was deleted while the request ran: its folder was renamed away under
-    it (app.registry.Registry.delete), which is no storage fault (503) and no conflict to
-    retry (409). None otherwise."""
+    bucketsearch.app.deps.get_entry) was deleted while the request ran: its folder was renamed
+    away under it (bucketsearch.app.registry.Registry.delete), which is no storage fault (503)
+    and no conflict to retry (409). None otherwise."""
     entry = getattr(request.state, "entry", None)
     if entry is None or entry.folder.exists():
         return None

@@ -1,6 +1,6 @@
 """The evaluate endpoint's domain logic: every metric of the evaluation toolkit
-(index.metrics.evaluate) for query codes against an index's live items, with RAMAP's cost
-measured on the index itself. app/routers/evaluate.py keeps only the HTTP part."""
+(bucketsearch.index.metrics.evaluate) for query codes against an index's live items, with
+RAMAP's cost measured on the index itself. app/routers/evaluate.py keeps only the HTTP part."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,7 +72,7 @@ def evaluation_database(entry, state, db_ids_in: list[int] | None
 def relevance_of(body, nq: int, db_ids: np.ndarray):
     """The relevance matrix of the request: ``relevant_ids`` per query, or ``query_labels``
     against ``db_labels``."""
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
 
     if body.relevant_ids is not None:
         if body.query_labels is not None or body.db_labels is not None:
@@ -157,7 +157,7 @@ def measure_cost(entry, main, xq: np.ndarray, radius_max: int, measure_queries: 
 
 def evaluate_entry(entry, settings, body) -> dict:
     """The evaluate response for ``body`` (a schemas.EvaluateIn) against ``entry``'s live state
-    (read once): every metric of index.metrics.evaluate plus ``measured_cost`` (and
+    (read once): every metric of bucketsearch.index.metrics.evaluate plus ``measured_cost`` (and
     ``measured_cost_note`` when it is not measured). Request errors raise ValueError (400);
     the caller checks ``max_batch`` (413) first."""
     from bucketsearch.index.metrics import Conventions

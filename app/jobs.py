@@ -45,7 +45,7 @@ import numpy as np
 
 from bucketsearch.app.redact import redact
 from bucketsearch.app.registry import require_in_process
-from bucketsearch.index.storage import fsio, store
+from bucketsearch.index.disk import fsio, store
 
 log = logging.getLogger("bucketsearch.app")
 

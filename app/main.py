@@ -1,4 +1,4 @@
-"""The FastAPI application: ``uvicorn app.main:create_app --factory``."""
+"""The FastAPI application: ``uvicorn bucketsearch.app.main:create_app --factory``."""
 from __future__ import annotations
 
 import threading
@@ -123,7 +123,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     document_guard(app, access_policy)
     # Starlette builds the middleware stack (so the guard's policy) at the first request, after
     # every route is included; the guard is inside the metrics so that its answers are counted
-    # innermost first: the search fast path runs after the guard's checks (app.routers.search)
+    # innermost first: the search fast path runs after the guard's checks
+    # (bucketsearch.app.routers.search)
     app.add_middleware(search.SearchFastPath, app_state=app.state, routes=app.routes)
     app.add_middleware(Guard, app_state=app.state, make_policy=lambda: access_policy(app))
     app.add_middleware(RequestMetricsMiddleware)

@@ -90,7 +90,8 @@ def add_figures(own: dict, others: list[dict]) -> dict[str, list[tuple[str, obje
 class SearchCollector:
     """Exposes every index's per-radius counters and lookup-time histogram (radius label
     bounded: see :data:`MAX_RADIUS_LABEL`). With ``directory`` (several workers, see
-    :mod:`app.workermetrics`) the figures are this worker's plus the other workers' files."""
+    :mod:`bucketsearch.app.workermetrics`) the figures are this worker's plus the other workers'
+    files."""
 
     def __init__(self, app, directory: Path | None = None):
         self.app = app
@@ -226,7 +227,7 @@ INDEX_SERIES = (
 class AppMetrics:
     """The server's series. ``registry`` is what ``/metrics`` exposes: this process's own
     registry with one worker; with several (``PROMETHEUS_MULTIPROC_DIR`` set, see
-    :mod:`app.workermetrics`) a registry summing every worker's files."""
+    :mod:`bucketsearch.app.workermetrics`) a registry summing every worker's files."""
 
     def __init__(self, app):
         self.directory = multiprocess_dir()
@@ -280,7 +281,8 @@ class AppMetrics:
 
     def close(self) -> None:
         """At shutdown: a worker writes its search figures a last time and removes its live
-        gauges (:class:`app.workermetrics.Publisher`); nothing to do with one process."""
+        gauges (:class:`bucketsearch.app.workermetrics.Publisher`); nothing to do with one
+        process."""
         if self.publisher is not None:
             self.publisher.close()
 

@@ -97,7 +97,8 @@ def exact_bounds(node, exact: dict[float, int]) -> None:
     """Integer bounds as integers, in place: FastAPI's OpenAPI models keep ``minimum`` and
     ``maximum`` as floats, so 2^63 - 1 would read 2^63 (and a client generating ids up to the
     stated maximum would send one the server refuses). ``exact`` maps a float back to the
-    integer it stands for (:data:`app.schemas.EXACT_BOUNDS`); small ones are exact anyway."""
+    integer it stands for (:data:`bucketsearch.app.schemas.EXACT_BOUNDS`); small ones are exact
+    anyway."""
     if isinstance(node, dict):
         for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             value = node.get(key)

@@ -36,7 +36,8 @@ def prefix_bits(n: int) -> int:
 
 def split_prefix(words: np.ndarray, bits: int, p: int) -> tuple[np.ndarray, np.ndarray]:
     """``(prefix, suffix_words)``: the first ``p`` bits of each code as an int, and the
-    remaining ``bits - p`` bits as ``(bits-p)``-bit codes (words layout of :mod:`index.codes`)."""
+    remaining ``bits - p`` bits as ``(bits-p)``-bit codes (words layout of
+    :mod:`bucketsearch.index.codes`)."""
     words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, n_words(bits))
     if bits <= 64:
         w = words[:, 0]

@@ -1,4 +1,5 @@
-"""The index registry: the indexes this server holds, by name, over :mod:`index.storage.catalog`.
+"""The index registry: the indexes this server holds, by name, over
+:mod:`bucketsearch.index.storage.catalog`.
 
 Every index folder found at start-up is opened on its own: one that fails (corrupt files,
 unreadable metadata, no file descriptors left) is listed under ``unavailable`` with its state
@@ -23,10 +24,15 @@ import numpy as np
 from bucketsearch import __version__
 from bucketsearch.app.audit import ExactnessAudit
 from bucketsearch.app.costfit import CostTracker
+from bucketsearch.app.indexerrors import (IndexExists, IndexLimit, IndexNotFound,  # noqa: F401
+                                         IndexUnavailable, NotOnShards, SnapshotNotFound,
+                                         require_in_process)
 from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import backup, catalog, exports, fsio
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import backup, catalog, exports, layout
 from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
+from bucketsearch.index.storage.state import bucket_sizes
 from bucketsearch.index.storage.wal import CorruptLogError
 
 log = logging.getLogger("bucketsearch.app")
@@ -34,50 +40,10 @@ RETRY_UNAVAILABLE_S = 10.0  # a read-only server tries an index it could not ope
 RESTORE_CHUNK = 1 << 20  # items per WAL record of a restore (a record is at most 2 GiB)
 
 
-class IndexNotFound(LookupError):
-    def __init__(self, name: str):
-        super().__init__(f"index {name!r} not found")
-
-
-class SnapshotNotFound(LookupError):
-    """A snapshot name that the index does not hold (404)."""
-
-
-class IndexExists(LookupError):
-    def __init__(self, name: str, existing: str):
-        same = "" if name == existing else f" (as {existing!r}: names are unique regardless " \
-                                             "of case)"
-        super().__init__(f"name: index {name!r} already exists{same}; delete it first or pick "
-                         "another name")
-
-
-class IndexLimit(LookupError):
-    """The server holds ``max_indexes`` indexes already (HTTP 409)."""
-
-
-class NotOnShards(LookupError):
-    """A route that reads an index's arrays in this process, asked of a sharded index (409)."""
-
-
-def require_in_process(entry, what: str) -> None:
-    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (app/shards.py)."""
-    if getattr(entry.live, "sharded", False):
-        raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
-                          f"{entry.live.n} shards ({what} reads the index's arrays in one "
-                          "process; docs/scale-out.md lists what a sharded index serves)")
-
-
-class IndexUnavailable(OSError):
-    """The index exists but could not be opened (HTTP 503 with the reason and
-    ``Retry-After: retry_after_s``)."""
-
-    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away
-
-
 #: per index folder: the cost figures of its searches so far (CostTracker.history), written
 #: every cost_history_interval_s while they change and when the server stops, and read back
 #: when it starts, so a restart (or a kill, up to the interval) keeps them
-COST_HISTORY = "cost-history.json"
+COST_HISTORY = layout.COST_HISTORY
 
 
 def read_cost_history(folder: Path, tracker: CostTracker) -> None:
@@ -142,7 +108,7 @@ class Unavailable:
 class Registry:
     def __init__(self, settings):
         self.settings = settings
-        self.root = Path(settings.data_dir) / "indexes"
+        self.root = Path(settings.data_dir) / layout.INDEXES
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self.entries: dict[str, Entry] = {}
@@ -348,7 +314,8 @@ class Registry:
             return entry
 
     def restore(self, name: str, data: bytes) -> Entry:
-        """Create index ``name`` from a backup (:mod:`index.storage.backup`), atomically: its
+        """Create index ``name`` from a backup (:mod:`bucketsearch.index.storage.backup`),
+        atomically: its
         items are logged and merged into a snapshot inside the hidden new folder, which is
         renamed into place only when complete."""
         meta, ids, words = exports.load(data)
@@ -378,7 +345,8 @@ class Registry:
 
     def snapshot(self, entry: Entry) -> dict:
         """Write a snapshot tar of ``entry``'s live items at one state (every write acknowledged
-        before the call is in it) into the index folder (:mod:`index.storage.exports`)."""
+        before the call is in it) into the index folder
+        (:mod:`bucketsearch.index.storage.exports`)."""
         if self.settings.read_only:
             raise PermissionError("the server is read-only: snapshots are written by the "
                                   "writer (GET /v1/indexes/{name}/backup works here)")
@@ -520,15 +488,3 @@ class Registry:
             "applied_lsn": live.applied.lsn, "lag_ms": round(live.lag_ms, 1),
             "follow_error": entry.follow_error,
         }
-
-
-def bucket_sizes(main) -> np.ndarray:
-    """Items per distinct full code of the main table (its buckets in single mode)."""
-    if not main.ntotal:
-        return np.empty(0, dtype=np.int64)
-    table = getattr(main, "table", None)
-    if table is not None:
-        return np.asarray(table.bucket_sizes())
-    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
-    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
-    return np.diff(np.concatenate([[0], change, [len(words)]]))

@@ -46,12 +46,13 @@ from bucketsearch.app import shardwrites
 from bucketsearch.app.partitioning import (PARTITIONINGS, id_shard, join_prefix,
                                             popcount_small, prefix_bits, split_prefix)
 from bucketsearch.app.raysession import ensure_ray  # noqa: F401 -- the registry's entry
-from bucketsearch.app.registry import IndexUnavailable
+from bucketsearch.app.indexerrors import IndexUnavailable
 from bucketsearch.app.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.storage.dedup import DEFAULT_REPORT, DedupResult, screen
+from bucketsearch.index.storage.layout import shard_folder
 from bucketsearch.index.storage.live import (DuplicateIdError, dedup_batch, dedup_neighbours,
                                              write_batch)
 
@@ -163,12 +164,12 @@ class ShardedLive:
                    "scheduling_strategy": "SPREAD", "max_concurrency": 4,
                    **(actor_options or {})}
         cls = ray.remote(ShardServer).options(**options)
-        self.actors = [cls.remote(str(self.folder / f"shard-{i}"), self.shard_bits, mode,
+        self.actors = [cls.remote(str(shard_folder(self.folder, i)), self.shard_bits, mode,
                                   substrings, max_probes, merge_threshold, threads)
                        for i in range(self.n)]
         # read replicas (issue 14 item 2): followers of each shard's directory; searches go
         # round-robin over the primary and its replicas, writes and get() to the primary only
-        self.replicas = [[cls.remote(str(self.folder / f"shard-{i}"), self.shard_bits, mode,
+        self.replicas = [[cls.remote(str(shard_folder(self.folder, i)), self.shard_bits, mode,
                                      substrings, max_probes, merge_threshold, threads, True,
                                      follow_interval_s) for _ in range(replicas)]
                          for i in range(self.n)]

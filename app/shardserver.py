@@ -1,6 +1,6 @@
 """One shard of a sharded index (app/shards.py): :class:`ShardServer`, a
-:class:`~index.storage.live.LiveIndex` in its own directory, run as a Ray actor; its errors
-cross Ray as :class:`ShardError` and are raised again as their own kind in the ingress."""
+:class:`~bucketsearch.index.storage.live.LiveIndex` in its own directory, run as a Ray actor; its
+errors cross Ray as :class:`ShardError` and are raised again as their own kind in the ingress."""
 from __future__ import annotations
 
 import os
@@ -141,9 +141,9 @@ class ShardServer:
     # ------------------------------------------------------------------ fault injection
     def inject_kill(self, at: int, ops=()) -> None:
         """Tests: SIGKILL this shard's process at the ``at``-th of its next steps of ``ops``
-        (default all): its storage calls (``index.storage.fsio``: open, write, fsync, ...)
-        and ``"reply"``, the end of a write before its answer. A restarted actor has none."""
-        from bucketsearch.index.storage import fsio
+        (default all): its storage calls (``bucketsearch.index.storage.fsio``: open, write, fsync,
+        ...) and ``"reply"``, the end of a write before its answer. A restarted actor has none."""
+        from bucketsearch.index.disk import fsio
         self.clear_fault()
         self._plan = fsio.FaultPlan(at=int(at), ops=tuple(ops), kill=True)
         self._installed = fsio.inject(self._plan)  # beneath every storage call of the actor
@@ -197,7 +197,7 @@ class ShardServer:
         return self.live.state.items()
 
     def summary(self) -> dict:
-        from bucketsearch.app.registry import bucket_sizes
+        from bucketsearch.index.storage.state import bucket_sizes
         live, st = self.live, self.live.state
         sizes = bucket_sizes(st.main)
         values, counts = np.unique(sizes, return_counts=True)

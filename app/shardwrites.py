@@ -42,9 +42,9 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.index.codes import n_words
-from bucketsearch.index.storage import fsio
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage.layout import INTENT_FILE
 
-INTENT_FILE = "write.pending"
 INTENT_VERSION = 1
 OPS = ("add", "upsert", "delete")
 

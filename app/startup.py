@@ -31,8 +31,8 @@ log = logging.getLogger("bucketsearch.app")
 #: direct-addressed table (Q <= 16), one hashed word, several words
 WARM_BITS = (16, 64, 128)
 WARM_ITEMS = 64
-#: queries per warm-up search: as many as ``index.probe.PARALLEL_MIN_QUERIES``, so the chunks
-#: run on the pool threads too
+#: queries per warm-up search: as many as ``bucketsearch.index.probe.PARALLEL_MIN_QUERIES``, so the
+#: chunks run on the pool threads too
 WARM_QUERIES = 16
 WARM_MAX_PROBES = 256
 
@@ -97,7 +97,7 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
     """The evaluation as the evaluate endpoint runs it, with every relevance form: class ids of
     each integer width the histogram kernel narrows them to, multi-hot labels, relevant ids;
     graded and not, with and without a measured cost."""
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
     from bucketsearch.index.metrics import evaluate
 
     state = live.state
@@ -202,7 +202,7 @@ def _cache_dir() -> str:
 
 def warm_index(entry, settings) -> None:
     """Touch one loaded index (a memory-mapped snapshot's pages are read in) and calibrate its
-    t0 (:func:`app.costfit.calibrate`); one log line."""
+    t0 (:func:`bucketsearch.app.costfit.calibrate`); one log line."""
     from bucketsearch.app.costfit import calibrate
 
     t = time.perf_counter()

@@ -13,7 +13,7 @@ What each kind of series becomes with several workers:
 - HTTP request counters and latency histograms, guard rejections: prometheus-client files,
   summed over every worker that ever ran since the server started (a dead worker's counts
   stay: a counter never goes down). Exact at every scrape: a request is counted before its
-  last byte leaves the server (``app.metrics.RequestMetricsMiddleware``).
+  last byte leaves the server (``bucketsearch.app.metrics.RequestMetricsMiddleware``).
 - Per-index, per-radius search figures (``bucketsearch_lookup_seconds``, ``_probes``,
   ``_empty_buckets``) live in each index's CostTracker, not in prometheus-client objects: each
   worker writes its totals to ``bucketsearch_search_<pid>.json`` in the same directory every

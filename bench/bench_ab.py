@@ -24,7 +24,7 @@ oldtree.install(BASE)
 
 import numpy as np  # noqa: E402
 
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near  # noqa: E402
+from bucketsearch.index.synth import clustered_codes, queries_near  # noqa: E402
 from bucketsearch.index.mih import MultiIndex as NewMIH  # noqa: E402
 from bucketsearch.index.probe import HammingIndex as NewSingle  # noqa: E402
 from bucketsearch.index.scan import LinearScan as NewScan  # noqa: E402

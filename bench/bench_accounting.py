@@ -14,7 +14,7 @@ import statistics
 import time
 
 from bucketsearch.index.probe import HammingIndex
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
 QUERIES = {0: 20000, 1: 20000, 2: 2000, 3: 200}
 

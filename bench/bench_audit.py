@@ -2,8 +2,8 @@
 throughput of a served index with the audit off and at its default rate, in the same run.
 
 1. **In process** (no server): ``run_search`` of one-query near-duplicate lookups on the same
-   index (``app.routers.search.run_search``, the function both the fast path and FastAPI
-   call) with ``entry.audit = None``, with an audit at rate 0 (the hook's count and compare,
+   index (``bucketsearch.app.routers.search.run_search``, the function both the fast path and
+   FastAPI call) with ``entry.audit = None``, with an audit at rate 0 (the hook's count and compare,
    never sampled) and with the audit at the default rate; the three interleaved block by
    block. Wall ns a call (median of the blocks) and CPU ns a call of the calling thread
    (``time.thread_time_ns``), the default's plus its checker thread's CPU spread over its

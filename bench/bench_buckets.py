@@ -22,7 +22,7 @@ import numba
 from bucketsearch.index.evaluation.buckets import evaluate_tables, full_grid
 from bucketsearch.index.evaluation.coding import lsh_codes
 from bucketsearch.index.evaluation.datasets import synthetic_cifar
-from bucketsearch.index.evaluation.relevance import from_labels
+from bucketsearch.index.metrics.relevance import from_labels
 from bucketsearch.index.metrics import hamming_histograms, radius_metrics
 
 

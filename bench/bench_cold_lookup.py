@@ -2,7 +2,8 @@
 
 Under a mixed load a radius-0 query arrives after larger searches have pushed the table out of
 the CPU caches, so its cost is the cache misses on its path, not the ~50 ns it takes warm. This
-builds one single-table index (``HammingIndex``) of ``--n`` 64-bit codes (``loadtest.dataset``,
+builds one single-table index (``HammingIndex``) of ``--n`` 64-bit codes
+(``bucketsearch.loadtest.dataset``,
 the demo's clustered codes) and, ``--queries`` times, writes one byte in every cache line of a
 ``--flush-mib`` buffer (flushing L2 and L3), then searches one database code at radius 0 with
 statistics and keeps the kernel's ``lookup_ns``. Variants, interleaved query by query:

@@ -25,7 +25,7 @@ from bucketsearch.index.codes import to_packed
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
 
 def timed(fn, repeat=3):

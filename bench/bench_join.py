@@ -6,8 +6,8 @@ another item with 0..r random bits flipped (planted near-duplicates). Cells:
 * 64-bit codes, r = 3, ``--n`` items (default 1M; acceptance ``--n 10000000``);
 * 256-bit codes, r = 16 and r = 31, ``--n256`` items (default 100k; acceptance 1M).
 
-Ours: ``index.join.pairs`` over a :class:`LinearScan` holding the codes (the join reads the
-index's codes and ids), every chunk consumed; the cost model's prediction
+Ours: ``bucketsearch.index.join.pairs`` over a :class:`LinearScan` holding the codes (the join reads
+the index's codes and ids), every chunk consumed; the cost model's prediction
 (``predict_join``) is taken first and compared with the measured time; resident memory is
 sampled every 20 ms during the join (``/proc/self/statm``) and its growth over the resident size
 before the join reported.

@@ -24,7 +24,7 @@ import faiss
 import numpy as np
 
 from bucketsearch.index.codes import to_packed
-from bucketsearch.index.evaluation.synth import queries_near, uniform_codes
+from bucketsearch.index.synth import queries_near, uniform_codes
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.scan import LinearScan

@@ -5,7 +5,8 @@ Run:  .venv/bin/python bench/bench_metrics.py            # CIFAR-10 protocol siz
       .venv/bin/python bench/bench_metrics.py --quick    # small sizes, a smoke run
 
 Figures printed:
-* "all metrics": :func:`index.metrics.evaluate` end to end (histogram pass with the as-ranked
+* "all metrics": :func:`bucketsearch.index.metrics.evaluate` end to end (histogram pass with the
+as-ranked
   sums and the distinct-code pass, P/R/F macro+micro, RAMAP, mLGAP, AUPRC, empty balls,
   tie-aware/best/worst/as-ranked MAP at k = 10, 100, 1000 and over the whole ranking, NDCG...).
 * "MAP@all + P/R@radius": only what the baseline computes (histogram pass without the as-ranked
@@ -33,7 +34,7 @@ import numba  # noqa: E402
 
 from bucketsearch.index.metrics import (evaluate, hamming_histograms, radius_metrics,  # noqa: E402
                                         ranking_metrics)
-from bucketsearch.index.evaluation.relevance import from_labels  # noqa: E402
+from bucketsearch.index.metrics.relevance import from_labels  # noqa: E402
 
 
 def argsort_baseline(q_pm: np.ndarray, b_pm: np.ndarray, yq: np.ndarray, yb: np.ndarray,

@@ -32,7 +32,7 @@ import numpy as np
 from bucketsearch.index.codes import to_packed
 from bucketsearch.index.costmodel import cost_report, fit_paper_model
 from bucketsearch.index.planner import AutoIndex
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
 OUT = Path(__file__).resolve().parent / "out"
 RADII = range(9)

@@ -34,7 +34,7 @@ def rss_bytes() -> int:
 
 
 def codes(n: int, bits: int, seed: int) -> np.ndarray:
-    from bucketsearch.index.evaluation.synth import uniform_codes
+    from bucketsearch.index.synth import uniform_codes
     return uniform_codes(n, bits, seed=seed)
 
 

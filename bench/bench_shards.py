@@ -8,7 +8,8 @@ model's projection for 10-100 shards x 10M codes.
 * Single-query overhead: radius-1 queries one at a time, p50/p99 ms, in process vs the Ray path.
 * Per hop: an empty actor call's round trip (p50), and the ingress's serial cost per extra
   shard contacted (``--fanout-actors`` trivial actors called in parallel).
-* Projection (:mod:`index.costmodel.shards`) from the measured t0 (per probe, single process,
+* Projection (:mod:`bucketsearch.index.costmodel.shards`) from the measured t0 (per probe, single
+process,
   from the in-kernel clock), hop and fan-out, for 10..100 shards x 10M codes.
 
     .venv/bin/python bench/bench_shards.py --out /tmp/results_14.md

@@ -26,7 +26,7 @@ import tempfile
 import numpy as np
 
 from bench_small_radii import load_base_engine, make_queries, single_call_p50, timer_floor_ns
-from bucketsearch.index.evaluation.synth import uniform_codes
+from bucketsearch.index.synth import uniform_codes
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.storage.live import LiveIndex
 

@@ -1,6 +1,6 @@
 """Small radii and single queries (issue 17): ours in every mode beside FAISS and a floor.
 
-For uniform and clustered 64-bit codes (``index.evaluation.synth``, the generators of
+For uniform and clustered 64-bit codes (``bucketsearch.index.evaluation.synth``, the generators of
 bench_engine.py: uniform seed 1, clustered N/100 centres with bit-flip probability 0.01, seed 2)
 and radius 0..3, single thread (``threads = 1``, ``faiss.omp_set_num_threads(1)``):
 
@@ -42,7 +42,7 @@ import numpy as np
 import oldtree
 
 from bucketsearch.index.codes import to_packed
-from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 from bucketsearch.index.factory import make_index
 
 MODES = ("single", "mih", "auto")

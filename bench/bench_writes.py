@@ -3,8 +3,8 @@
 Per round, in separate processes, alternating baseline and current: 300 single-item inserts
 (each one WAL record, fsynced before it returns: latency p50/p99), 100 single-item deletes,
 and 10 batches of 10,000 inserts (items/s). Ratios current / baseline are printed per figure
-(median over rounds). The baseline tree is imported as it lays its modules out (``index.storage.live``
-at the top level before the bucketsearch namespace).
+(median over rounds). The baseline tree is imported as it lays its modules out
+(``bucketsearch.index.storage.live`` at the top level before the bucketsearch namespace).
 
     .venv/bin/python bench/bench_writes.py --baseline-tree /tmp/old --rounds 5
 """

@@ -50,7 +50,7 @@ from bucketsearch.index.codes import as_words  # noqa: E402
 from bucketsearch.index.costmodel import probe_microbenchmark  # noqa: E402
 from bucketsearch.index.costmodel.study import (MARKDOWN_HEADER, TOLERANCE,  # noqa: E402
                                                 analyse_cell, cell_markdown_row, fastest_repeat)
-from bucketsearch.index.evaluation.synth import (clustered_codes, queries_near,  # noqa: E402
+from bucketsearch.index.synth import (clustered_codes, queries_near,  # noqa: E402
                                                  uniform_codes)
 from bucketsearch.index.planner import AutoIndex  # noqa: E402
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from bucketsearch.index._jit import compiled_entry, default_threads
 from bucketsearch.index.codes import as_words, check_bits
-from bucketsearch.index.storage.store import load_arrays, save_arrays
+from bucketsearch.index.disk.store import load_arrays, save_arrays
 
 DEFAULT_MAX_PROBES = 10_000_000
 PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel
@@ -359,8 +359,8 @@ def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: in
 
     ``entries`` (a dict kept with the arguments, whose types must not change while it lives):
     without statistics and with C-contiguous writable queries, the kernel is called through
-    its compiled entry for these argument types (:func:`index._jit.compiled_entry`), kept
-    there by kernel.
+    its compiled entry for these argument types (:func:`bucketsearch.index._jit.compiled_entry`),
+    kept there by kernel.
     """
     nq = len(xq)
     buf = _BUFFERS
@@ -459,11 +459,14 @@ class IndexBase:
     ``probe_count(max_distance, nq=1)`` has one meaning in every engine: the bucket lookups one
     query of a radius-``max_distance`` search makes in that engine (Python int, exact):
 
-    * single table (:class:`~index.probe.HammingIndex`): ``sum_{r<=R} C(Q, r)``;
-    * multi-index hashing (:class:`~index.mih.MultiIndex`): the substring probes of its radius
+    * single table (:class:`~bucketsearch.index.probe.HammingIndex`): ``sum_{r<=R} C(Q, r)``;
+    * multi-index hashing (:class:`~bucketsearch.index.mih.MultiIndex`): the substring probes of its
+    radius
       steps, ``sum_j sum_{s <= floor((R - j)/m)} C(w_j, s)``;
-    * linear scan (:class:`~index.scan.LinearScan`): 0 (it reads all ``ntotal`` items instead);
-    * planner (:class:`~index.planner.AutoIndex`): the count of the engine its plan for a batch
+    * linear scan (:class:`~bucketsearch.index.scan.LinearScan`): 0 (it reads all ``ntotal`` items
+    instead);
+    * planner (:class:`~bucketsearch.index.planner.AutoIndex`): the count of the engine its plan for
+    a batch
       of ``nq`` queries runs (so at most ``max_probes``: over-limit plans are never chosen).
 
     It is what a probe budget is charged and what ``stats.probes`` sums to over the radii of a
@@ -541,7 +544,8 @@ class IndexBase:
             self._rebuild(words, ids)
 
     def add(self, codes, ids=None) -> None:
-        """Add codes (any format of :func:`index.codes.as_words`) with optional unique ids."""
+        """Add codes (any format of :func:`bucketsearch.index.codes.as_words`) with optional unique
+        ids."""
         words = as_words(codes, self.bits)
         self._rebuild(*self._merge_ids(words, ids))
 
@@ -602,15 +606,18 @@ class IndexBase:
 
     def pairs(self, radius: int, chunk_size: int = 65_536, min_id: int | None = None, **options):
         """Every unordered pair of items within ``radius``, once, in chunks ordered by (a, b):
-        :func:`index.join.pairs` over this index (``options``: its keyword arguments)."""
+        :func:`bucketsearch.index.join.pairs` over this index (``options``: its keyword
+        arguments)."""
         from bucketsearch.index.join import pairs
         return pairs(self, radius, chunk_size=chunk_size, min_id=min_id, **options)
 
-    def save(self, path) -> None:
-        """Write a checksummed snapshot directory (see :mod:`index.storage.store`): the manifest's
-        kind is :attr:`kind`, its meta and arrays those of :meth:`snapshot`."""
+    def save(self, path, extra_meta: dict | None = None) -> None:
+        """Write a checksummed snapshot directory (see :mod:`bucketsearch.index.storage.store`): the
+        manifest's kind is :attr:`kind`, its meta and arrays those of :meth:`snapshot` (and
+        ``extra_meta``'s fields: a live index's snapshot fields)."""
         meta, arrays = self.snapshot()
-        save_arrays(path, self.kind, {"bits": self.bits, "ntotal": self.ntotal, **meta}, arrays)
+        save_arrays(path, self.kind, {"bits": self.bits, "ntotal": self.ntotal, **meta,
+                                      **(extra_meta or {})}, arrays)
 
     @classmethod
     def load(cls, path, mmap: bool = False):

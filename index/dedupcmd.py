@@ -1,8 +1,9 @@
 """``bucketsearch dedup``: every near-duplicate of a code file, in process (issue 27).
 
-Reads the codes (``.npy``, raw packed rows, or hex lines: :mod:`index.codefiles`; item ids are
-row numbers from 0), runs the self-join (:func:`index.join.pairs`) with a progress bar, and
-writes one of:
+Reads the codes (``.npy``, raw packed rows, or hex lines: :mod:`bucketsearch.index.codefiles`; item
+ids are
+row numbers from 0), runs the self-join (:func:`bucketsearch.index.join.pairs`) with a progress bar,
+and writes one of:
 
 * ``pairs``: every pair within the radius once, ``a < b``, ordered by (a, b): CSV ``a,b,distance``
   with a header, or NDJSON ``{"a": .., "b": .., "distance": ..}`` (by the suffix of ``--out``:
@@ -99,8 +100,7 @@ def run(args) -> int:
         if not parent.is_dir():
             raise ValueError(f"--out {args.out!r}: the folder {str(parent)!r} does not exist")
     words = read_codes_file(args.codes, bits, flag="CODES", fmt=fmt)
-    index = LinearScan(bits)
-    index._set_items(words, np.arange(len(words), dtype=np.int64))  # ids = row numbers
+    index = LinearScan.of_items_by_id(bits, words, np.arange(len(words), dtype=np.int64))
     stats = JoinStats()
     stream = pairs(index, radius, chunk_size=chunk_size, stats=stats)
     with _Progress(stats, enabled=not args.no_progress), _Output(args.out) as f:

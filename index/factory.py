@@ -9,7 +9,7 @@ Mode names are the engines' :attr:`kind`:
 
 Validation is the engine constructor's own (``substrings`` for MIH, ``max_probes``, ...), so
 a mode that a caller accepts is always a mode the engine can build. Snapshots are loaded by
-the class their manifest names; :mod:`index.storage.store` itself knows no engine.
+the class their manifest names; :mod:`bucketsearch.index.storage.store` itself knows no engine.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.planner import AutoIndex
 from bucketsearch.index.probe import DEFAULT_MAX_PROBES, HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.storage.store import load_arrays
+from bucketsearch.index.disk.store import load_arrays
 
 ENGINES = {cls.kind: cls for cls in (HammingIndex, MultiIndex, AutoIndex, LinearScan)}
 MODES = tuple(ENGINES)
@@ -59,6 +59,13 @@ def check_served_mode(mode: str, bits: int, substrings: int | None,
 def load_index(path, mmap: bool = False, expected_kind: str | None = None):
     """Load any engine's snapshot (written by its ``save``), checking every checksum."""
     kind, meta, arrays = load_arrays(path, mmap=mmap)
+    return index_from_arrays(path, kind, meta, arrays, expected_kind)
+
+
+def index_from_arrays(path, kind: str, meta: dict, arrays: dict,
+                      expected_kind: str | None = None):
+    """The engine of a snapshot already read (:func:`~bucketsearch.index.storage.store.
+    load_arrays` of ``path``): the class ``kind`` names, ``expected_kind``'s if given."""
     cls = _BY_KIND.get(kind)
     if cls is None:
         raise ValueError(f"{path}: unknown index kind {kind!r}, allowed: {', '.join(MODES)}")

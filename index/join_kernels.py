@@ -1,4 +1,5 @@
-"""Compiled kernels of the self-join (:mod:`index.join`): every pair of items within radius R.
+"""Compiled kernels of the self-join (:mod:`bucketsearch.index.join`): every pair of items within
+radius R.
 
 Items are ``words`` ``(n, W)`` uint64 and ``ids`` ``(n,)`` int64 (one row per live item); a pair
 is emitted as ``(a, b, d)`` with ``a = min(id) < b = max(id)`` and ``d = sum_w popcount(x_w XOR
@@ -12,7 +13,8 @@ the caller drains them and calls again from there. Counters go to ``tally``
 * :func:`hash_blocks` + :func:`block_pairs`: one table of the block join. A table is a bit mask
   ``M_t`` (``k`` of ``b`` contiguous blocks of the code); two items collide in it when their
   codes agree on the mask. Items are counting-sorted by the top bits of a hash of ``x & M_t``
-  (:func:`index.table.hash_words`), and every pair of a group with equal hashes is verified by
+  (:func:`bucketsearch.index.table.hash_words`), and every pair of a group with equal hashes is
+  verified by
   its full distance. A pair within R is emitted only by the FIRST table (in table order) whose
   mask it agrees on (``(x XOR y) & M_t == 0``), so each pair once over all tables.
 * :func:`probe_pairs`: probing, for every distinct code ``u`` of a bucket table, the codes at
@@ -226,7 +228,8 @@ def block_pairs(sorted_w, order, sorted_h, R, t, masks, top_bits, p, out_a, out_
 @njit
 def probe_pairs(codes, offsets, ids, slots, bitmap, table_shift, filter_shift, direct, bits,
                 flip_word, flip_mask, R, u, r, u_end, hits, out_a, out_b, out_d, tally):
-    """Pairs by probing the bucket table (:class:`index.table.BucketTable` of the items: distinct
+    """Pairs by probing the bucket table (:class:`bucketsearch.index.table.BucketTable` of the
+    items: distinct
     ``codes`` sorted, bucket ``u`` holding ``ids[offsets[u]:offsets[u + 1]]``) from bucket ``u``,
     radius ``r``: radius 0 gives the pairs inside bucket ``u``; radius ``1..R`` probes the
     ``C(Q, r)`` codes at distance ``r`` (bit ``j`` flipped by ``flip_mask[j]`` in word

@@ -18,7 +18,8 @@
   of a sorted ``drop`` list removed from the first, at most ``k`` kept: the live layer's merge of
   the main table, the delta segment and the tombstones, without sorting again.
 * :func:`keep_first_rows`: the greedy "keep the first, drop every later item within r of a kept
-  one" over the rows of a block's self-search (dedup on ingest, :mod:`index.storage.dedup`).
+  one" over the rows of a block's self-search (dedup on ingest,
+  :mod:`bucketsearch.index.storage.dedup`).
 
 Every kernel has a plain-numpy twin in tests/test_kernels.py, compared by hypothesis.
 """

@@ -1,6 +1,6 @@
 """k-NN by multi-index hashing for one-word codes: Norouzi, Punjani & Fleet's incremental
 search ("Fast exact search in Hamming space with multi-index hashing", TPAMI 2014, sec. 4.2)
-over the tables of :class:`~index.mih.MultiIndex`.
+over the tables of :class:`~bucketsearch.index.mih.MultiIndex`.
 
 Radius steps ``R = 0, 1, 2, ...``: step ``R`` probes substring table ``j = R mod m`` at
 substring radius ``s = floor(R/m)`` (every key at Hamming distance exactly ``s`` from the
@@ -20,10 +20,10 @@ again. No visit stamps.
 
 When a step would push the query over ``max_probes`` probes, or would probe more keys than
 there are items, the query verifies every item instead (``words``, ``ids``: a scan, exact) and
-``scanned_from`` records the step, as :func:`index.mih._mih_kernel` does.
+``scanned_from`` records the step, as :func:`bucketsearch.index.mih._mih_kernel` does.
 
-Statistics per step ``R`` (as :func:`index.mih._mih_kernel`'s, ``(7, nq, max_radius + 1)``):
-probes, non-empty / empty buckets, items (results at distance exactly ``R``), lookup_ns,
+Statistics per step ``R`` (as :func:`bucketsearch.index.mih._mih_kernel`'s, ``(7, nq, max_radius +
+1)``): probes, non-empty / empty buckets, items (results at distance exactly ``R``), lookup_ns,
 candidates (bucket entries read) and unique_candidates (first visits: no earlier step's table
 holds the item within its radius, tested by the substring distances, only with statistics).
 """

@@ -43,7 +43,8 @@ import numpy as np
 from bucketsearch.index._jit import njit, popcount64
 from bucketsearch.index.base import DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError
 from bucketsearch.index.codes import check_bits, n_words
-from bucketsearch.index.costmodel import ExtendedModel, fit_extended, fit_paper_model
+from bucketsearch.index.fits.paper import fit_paper_model
+from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan

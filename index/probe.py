@@ -2,7 +2,8 @@
 
 A radius-``r`` probe enumerates all ``C(Q, r)`` codes at Hamming distance exactly ``r`` from the
 query (XOR masks of ``r`` bit positions, next-combination order) and looks each up in the
-:class:`~index.table.BucketTable`. Range search probes radii ``0..R`` (radius inclusive:
+:class:`~bucketsearch.index.table.BucketTable`. Range search probes radii ``0..R`` (radius
+inclusive:
 ``d <= R``); k-NN probes radius after radius until ``k`` items are found, finishing the last
 radius so that ties are broken exactly by (distance, id) (the bucket search of Jiang, Li & Li).
 
@@ -10,7 +11,8 @@ Per query and radius the kernel records ``probes`` (= ``C(Q, r)``), ``nonempty_b
 ``empty_buckets``, ``items`` and ``lookup_ns`` (``clock_gettime(CLOCK_MONOTONIC)`` read inside
 the compiled kernel at each radius boundary). Range search of one-word codes (Q <= 64) runs
 :func:`_range_word_kernel` (radius 0: :func:`_range_word0_kernel`), written for small radii and
-single queries, whose clock is the CPU's time-stamp counter (:func:`index._jit.cycle_counter`).
+single queries, whose clock is the CPU's time-stamp counter
+(:func:`bucketsearch.index._jit.cycle_counter`).
 """
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ class _Binding(NamedTuple):
     """A table and what its searches derive from it, in one attribute, so a search never pairs
     a table with another's entries: its radius-0 slot ``entries``, the arguments of
     :func:`_range_word0_kernel` and :func:`_range_word_kernel` after the head, and the
-    kernels' compiled entries for those arguments (:func:`index.base.run_resumable`)."""
+    kernels' compiled entries for those arguments
+    (:func:`bucketsearch.index.base.run_resumable`)."""
 
     table: BucketTable
     entries: np.ndarray
@@ -171,8 +174,8 @@ def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist,
 
     Buckets at distance ``r..max_radius`` are taken, radius by radius, until ``k`` items are
     found in all (the last radius complete, so ties stay exact by (distance, id)); their items
-    are emitted by :func:`index.kernels.counting_sort`. Per radius the statistics record
-    ``probes = 0``, the buckets and items found there. Returns the output buffers, their
+    are emitted by :func:`bucketsearch.index.kernels.counting_sort`. Per radius the statistics
+    record ``probes = 0``, the buckets and items found there. Returns the output buffers, their
     length and the last radius. (The candidate scratch is allocated here, once per fallback:
     a buffer carried through the kernel's query loop costs every query its refcounting.)
     """
@@ -309,7 +312,7 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
 def _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hits, lims,
                   with_clock, ticks):
     """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the bucket of a direct table, the
-    slot of ``entries`` of a hashed one (:func:`index.table.find_entry`; -1: none),
+    slot of ``entries`` of a hashed one (:func:`bucketsearch.index.table.find_entry`; -1: none),
     ``lims[qi + 1]`` its size and, ``with_clock``, ``ticks[qi]`` the clock after the lookup.
     Returns the sizes' sum. A loop with no exit and no store but these: written like this the
     lookups of successive queries overlap; with an early return, a ``clock_gettime`` call or a
@@ -413,7 +416,7 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slo
     ``need`` entries: grow them and call again from ``q_end`` with this ``n_out``;
     ``reached >= 0``: the result cap ``max_results`` was passed (a lower bound of the total).
     With ``with_stats``, ``stats`` ``(5, nq, R + 1)`` and ``total_ns`` ``(nq,)`` are filled;
-    the clock (:func:`index._jit.cycle_counter`, ``tick_ns`` ns per tick) is read
+    the clock (:func:`bucketsearch.index._jit.cycle_counter`, ``tick_ns`` ns per tick) is read
     once per radius boundary, the end of a query being the start of the next.
     """
     nq = xq.shape[0]
@@ -557,7 +560,8 @@ class HammingIndex(IndexBase):
 
     def memory_arrays(self) -> dict:
         """Every array the index holds, by identity (``id(array)``), so a holder of several
-        engines sharing arrays counts each once (:meth:`index.planner.AutoIndex.memory_bytes`)."""
+        engines sharing arrays counts each once
+        (:meth:`bucketsearch.index.planner.AutoIndex.memory_bytes`)."""
         arrays = [*self._bound.table.arrays().values(), self._bound.entries]
         return {id(a): a for a in arrays}
 

@@ -1,8 +1,8 @@
 """Popcount linear scan: the Hamming-ranking baseline, the planner's fallback and the test oracle.
 
 Every query is compared with every item: ``d(q, x) = sum_w popcount(q_w XOR x_w)``
-(:func:`index.kernels.hamming`). Results use the layouts of :class:`index.base.IndexBase`,
-ordered by (distance, id).
+(:func:`bucketsearch.index.kernels.hamming`). Results use the layouts of
+:class:`bucketsearch.index.base.IndexBase`, ordered by (distance, id).
 """
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def _scan_kernel(xq, words, ids, by_id, bits, max_radius, k, with_stats, max_res
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``: the
     ``k`` nearest within ``max_radius``).
 
-    The kept items are emitted in (distance, id) order by :func:`index.kernels.counting_sort`
+    The kept items are emitted in (distance, id) order by
+    :func:`bucketsearch.index.kernels.counting_sort`
     (``by_id``: ``ids`` is increasing, :meth:`LinearScan._rebuild`, so no distance needs a sort
     by id; else, items shared in another order, each distance's ids are sorted).
     Statistics ``(5, nq, bits + 1)`` (allocated only ``with_stats``) hold ``items`` per
@@ -162,9 +163,11 @@ def _scan_kernel(xq, words, ids, by_id, bits, max_radius, k, with_stats, max_res
 def _scan_word_kernel(xq, flat, ids, by_id, R, with_stats, max_results, q_start, n_out, lims,
                       out_d, out_i, hits, stats, total_ns):
     """Range search of one-word codes over the resumable output buffers
-    (:func:`index.base.run_resumable`): per query, :func:`_collect_word` keeps the positions
+    (:func:`bucketsearch.index.base.run_resumable`): per query, :func:`_collect_word` keeps the
+    positions
     within ``R`` in ``hits`` (their distances in a scratch of the same length), the positions
-    become ids, and :func:`index.kernels.counting_sort` emits them by (distance, id) (``by_id``:
+    become ids, and :func:`bucketsearch.index.kernels.counting_sort` emits them by (distance, id)
+    (``by_id``:
     items stored by id, so no distance needs a sort). Returns ``(q_end, n_out, reached, need)``:
     ``need`` when ``hits`` is too short for a query's hits, a stop when the output buffers are
     full, ``reached`` (a lower bound) once the results pass ``max_results``. Statistics:
@@ -203,7 +206,7 @@ _ENTRIES: dict[tuple, dict] = {}
 
 
 class LinearScan(IndexBase):
-    """Exhaustive popcount search with the API of :class:`index.probe.HammingIndex`.
+    """Exhaustive popcount search with the API of :class:`bucketsearch.index.probe.HammingIndex`.
 
     Its statistics have ``items`` per radius, ``probes = 0`` and ``lookup_ns = 0`` (a scan has
     no per-radius phases) and ``total_ns`` per query.
@@ -221,6 +224,14 @@ class LinearScan(IndexBase):
         order = np.argsort(ids, kind="stable")
         self._set_items(np.asarray(words, dtype=np.uint64)[order],
                         np.asarray(ids, dtype=np.int64)[order])
+
+    @classmethod
+    def of_items_by_id(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> LinearScan:
+        """A scan over items already in id order (``ids`` unique and increasing: not checked,
+        not copied; e.g. a job's saved items, or row numbers as ids)."""
+        index = cls(bits)
+        index._set_items(words, ids)
+        return index
 
     def share(self, words: np.ndarray, ids: np.ndarray) -> None:
         """Scan another engine's items in their order (not copied; auto's scan reads its

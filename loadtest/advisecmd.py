@@ -3,7 +3,7 @@ radius advisor (``POST /v1/indexes/{name}/advise``, :meth:`Client.advise`): per 
 answers per query, the empty-ball share, the modeled and measured cost per query and, with
 labels or duplicate pairs, precision / recall / F1 / RAMAP with 95% intervals; the recommended
 radius with its reason, and the quality-vs-cost frontier (``--plot``, drawn by
-:func:`index.evaluation.frontier.plot_frontier`).
+:func:`bucketsearch.index.evaluation.frontier.plot_frontier`).
 """
 from __future__ import annotations
 

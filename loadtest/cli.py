@@ -3,12 +3,13 @@
 Sends a seeded mix of radius and k-NN searches to ``POST /v1/indexes/{index}/search`` in an open
 loop (scheduled arrivals, latency corrected for coordinated omission) or a closed loop (fixed
 concurrency), then fetches the server's cost model and prints measured vs modeled cost per
-radius. See :mod:`loadtest.runner` and :mod:`loadtest.stats` for the definitions.
+radius. See :mod:`bucketsearch.loadtest.runner` and :mod:`bucketsearch.loadtest.stats` for the
+definitions.
 
 For a real deployment: ``--api-key`` (or ``BUCKETSEARCH_API_KEY``) and ``--header``, the
 binary wire forms (``--wire binary``), ``--stats/--no-stats``, thresholds (``--slo``, exit
-status 99 on a breach, :mod:`loadtest.report`), a per-second CSV and an HDR histogram log
-(:mod:`loadtest.export`).
+status 99 on a breach, :mod:`bucketsearch.loadtest.report`), a per-second CSV and an HDR histogram
+log (:mod:`bucketsearch.loadtest.export`).
 """
 from __future__ import annotations
 

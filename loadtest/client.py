@@ -1,5 +1,6 @@
 """HTTP client of a bucketsearch server: :class:`Client` (blocking) and :class:`AsyncClient`
-(asyncio): the blocking one on keep-alive sockets of its own (:mod:`loadtest.transport`),
+(asyncio): the blocking one on keep-alive sockets of its own
+(:mod:`bucketsearch.loadtest.transport`),
 the asyncio one on httpx; both import nothing from the server package.
 
 They mirror the engine (``bucketsearch.index``): ``range_search(name, queries, r)`` returns
@@ -1037,7 +1038,8 @@ class Client(_Base):
     extra ``headers``; ``verify`` for https (True: the system's CAs; a CA file path; an
     ``ssl.SSLContext``; False: none); ``max_connections`` kept alive; ``transport``: an httpx
     transport, sent through ``httpx.Client`` (default: keep-alive HTTP/1.1 sockets,
-    :class:`~loadtest.transport.PooledHTTP`, about a third of httpx's CPU per request)."""
+    :class:`~bucketsearch.loadtest.transport.PooledHTTP`, about a third of httpx's CPU per
+    request)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, max_connections: int = 10,
                  transport: httpx.BaseTransport | None = None, **kw):

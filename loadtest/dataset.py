@@ -1,20 +1,20 @@
 """The embedded data set of the load test: clustered binary codes, generated deterministically.
 
-Near-duplicate clusters from :func:`index.evaluation.synth.clustered_codes`: ``ceil(n / cluster_size)``
-uniform random centres, each code a centre with every bit flipped independently with
+Near-duplicate clusters from :func:`bucketsearch.index.evaluation.synth.clustered_codes`: ``ceil(n /
+cluster_size)`` uniform random centres, each code a centre with every bit flipped independently with
 probability ``FLIP_P`` (about 2 flips per 64-bit code). Codes of one cluster are a few bits
 apart, codes of different clusters about ``bits / 2``: radius 0..3 queries find their source
 code and a few neighbours while the probed buckets grow as ``sum C(Q, r)``, nearly all empty.
 
 Codes are returned packed as ``np.packbits`` rows, ``(n, ceil(bits / 8))`` uint8 (the layout of
-:mod:`index.codes`); ids are ``0 .. n-1``.
+:mod:`bucketsearch.index.codes`); ids are ``0 .. n-1``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from bucketsearch.index.codes import check_bits, to_packed
-from bucketsearch.index.evaluation.synth import clustered_codes as _clustered_words
+from bucketsearch.index.synth import clustered_codes as _clustered_words
 
 DEFAULT_N = 1_000_000
 DEFAULT_BITS = 64

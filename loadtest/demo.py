@@ -2,7 +2,8 @@
 
 Steps (each printed as it runs):
 
-1. generate the embedded synthetic data set (:mod:`loadtest.dataset`: 1,000,000 clustered
+1. generate the embedded synthetic data set (:mod:`bucketsearch.loadtest.dataset`: 1,000,000
+clustered
    64-bit codes by default, deterministic from ``--seed``);
 2. start ``bucketsearch serve`` on 127.0.0.1 (a free port, a temporary data directory), in its
    own process group, and wait for ``/readyz``;

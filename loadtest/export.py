@@ -6,8 +6,8 @@ Second ``s`` holds the measured requests whose *intended* send time falls in
 ``[measure_from + s, measure_from + s + 1)`` seconds (warm-up requests are left out), so a
 server stall shows up in the seconds whose requests it delayed. Per second: requests, errors,
 the CO-corrected latency p50 / p99 / max and the service-time p50 in ms (nearest rank over HDR
-histograms, as :mod:`loadtest.stats` defines them), and the ids returned. The HDR log holds one
-interval histogram of latency per second, in microseconds (``Interval_Max`` in ms).
+histograms, as :mod:`bucketsearch.loadtest.stats` defines them), and the ids returned. The HDR log
+holds one interval histogram of latency per second, in microseconds (``Interval_Max`` in ms).
 """
 from __future__ import annotations
 

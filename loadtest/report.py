@@ -329,8 +329,8 @@ def print_classes(report: dict, console) -> None:
 
 
 def print_engines(engines: dict | None, console) -> None:
-    """The cost model of what ran (:mod:`index.costmodel.engines`): the table, every column
-    defined, the models line by line, the verdicts per model."""
+    """The cost model of what ran (:mod:`bucketsearch.index.costmodel.engines`): the table, every
+    column defined, the models line by line, the verdicts per model."""
     if not engines:
         return
     console.print(engines_table(engines), markup=False, highlight=False, soft_wrap=True)

@@ -4,7 +4,8 @@ Open loop. Request ``i`` has an intended send time ``t_i``: ``t_0 + i / rate`` (
 arrivals) or ``t_0 + sum_{j<i} g_j`` with ``g_j ~ Exp(mean 1 / rate)`` (Poisson arrivals, seeded).
 A scheduler coroutine sleeps until ``t_i`` and starts the request without waiting for earlier
 ones; at most ``max_inflight`` requests are outstanding (further ones wait for a slot, and that
-wait counts in their latency, since latency runs from ``t_i``; see :mod:`loadtest.stats`). The
+wait counts in their latency, since latency runs from ``t_i``; see
+:mod:`bucketsearch.loadtest.stats`). The
 scheduler's lateness (``dispatch - t_i``) is the *scheduler lag*: if it grows, or the client
 process uses most of a core, the client itself is the bottleneck and the run says so.
 

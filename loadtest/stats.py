@@ -110,8 +110,8 @@ class QueryStats:
                        info.get("codes_compared") or 0), k=int(k or 0))
 
     def query(self) -> dict:
-        """The per-query form :meth:`index.costmodel.engines.QuerySamples.from_queries` takes
-        (the measured time: ``total_ns``, else the sum of the rings' lookup times)."""
+        """The per-query form :meth:`bucketsearch.index.costmodel.engines.QuerySamples.from_queries`
+        takes (the measured time: ``total_ns``, else the sum of the rings' lookup times)."""
         cand = sum(r[5] for r in self.rings) if self.rings and len(self.rings[0]) > 5 else 0
         return {"engine": self.engine, "k": self.k, "radius": len(self.rings) - 1,
                 "flip_search": float(any(r[0] > 1 for r in self.rings)),

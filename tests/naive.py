@@ -66,7 +66,7 @@ def knn_within(xq, xb, ids, bits, k, max_distance):
 
 def sort_codes_ids(codes: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One-word codes and their ids ordered by (code, id): the twin of
-    :func:`index.radix.sort_codes_ids` (``np.lexsort``, the last key primary)."""
+    :func:`bucketsearch.index.radix.sort_codes_ids` (``np.lexsort``, the last key primary)."""
     order = np.lexsort((ids, codes))
     return codes[order], ids[order]
 
@@ -102,7 +102,8 @@ def block_table_pairs(words, bits, radius, masks, t):
 
 
 def table_hash(words, mask):
-    """:func:`index.table.hash_words` of ``words & mask`` in numpy's wrapping uint64."""
+    """:func:`bucketsearch.index.table.hash_words` of ``words & mask`` in numpy's wrapping
+    uint64."""
     C = np.uint64(0x9E3779B97F4A7C15)
     masked = np.asarray(words, dtype=np.uint64) & np.asarray(mask, dtype=np.uint64)
     with np.errstate(over="ignore"):

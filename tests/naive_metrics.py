@@ -1,7 +1,7 @@
 """Plain-numpy twins of the metrics kernels: literal formulas, explicit sorting, brute force.
 
-Slow and obviously correct; every test compares :mod:`index.metrics` with these. Inputs are the
-``(n, Q)`` 0/1 bit arrays and a dense ``(nq, nb)`` gain matrix ``G`` (0 = not relevant).
+Slow and obviously correct; every test compares :mod:`bucketsearch.index.metrics` with these. Inputs
+are the ``(n, Q)`` 0/1 bit arrays and a dense ``(nq, nb)`` gain matrix ``G`` (0 = not relevant).
 """
 from __future__ import annotations
 

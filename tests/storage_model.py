@@ -3,7 +3,7 @@
 Shared by tests/test_live_model.py, tests/test_faults.py and tests/test_crash_points.py. The
 model never asks the index anything: distances are popcounts of XORed words computed with
 ``np.unpackbits``, results are ordered by (distance, id), k-NN is padded with -1 (distance -1),
-exactly as :class:`index.storage.live.LiveIndex` promises.
+exactly as :class:`bucketsearch.index.storage.live.LiveIndex` promises.
 
 An operation is ``("add" or "upsert", ids, words)`` or ``("delete", ids)``. An operation whose outcome is
 unknown (interrupted by a crash, or failed with the log left unrestorable) is *in limbo*: after
@@ -210,7 +210,7 @@ def snapshots(directory: Path) -> list[Path]:
 
 def corrupt_newest_snapshot(directory: Path) -> None:
     newest = snapshots(directory)[-1]
-    array = max((newest / "main").glob("*.npy"), key=lambda p: p.stat().st_size)
+    array = max(newest.rglob("*.npy"), key=lambda p: p.stat().st_size)  # either layout
     raw = bytearray(array.read_bytes())
     raw[-1] ^= 0x01
     array.write_bytes(bytes(raw))

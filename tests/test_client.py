@@ -677,7 +677,7 @@ def test_pooled_connections_are_kept_alive_and_a_closed_idle_one_is_replaced():
 
 
 class _ScriptedSocket:
-    """Beneath a real :class:`loadtest.transport._Connection`: records what is sent and
+    """Beneath a real :class:`bucketsearch.loadtest.transport._Connection`: records what is sent and
     answers ``recv`` from ``chunks`` in turn (then EOF)."""
 
     def __init__(self, chunks):

@@ -1,6 +1,7 @@
 """Crashes at every storage step, real SIGKILLs, and damaged files.
 
-1. :class:`~index.storage.fsio.SimulatedCrash` at the n-th storage call, for every n, of an add, a
+1. :class:`~bucketsearch.index.storage.fsio.SimulatedCrash` at the n-th storage call, for every n,
+of an add, a
    re-insert, a delete, a merge (WAL rotation, snapshot arrays, manifests, snapshot metadata,
    renames, directory fsyncs, read-back verification, cleanup), a first merge, and of recovery
    itself (cutting a torn tail, falling back from a corrupt snapshot, after a merge that crashed
@@ -19,7 +20,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -35,7 +35,7 @@ import pytest
 from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base,
                            corrupt_newest_snapshot, model_op, plant_torn_tail, resolve, snapshots)
 
-from bucketsearch.index.storage import fsio, wal
+from bucketsearch.index.storage import fsio, layout, snapshot, wal
 from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
 from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
@@ -69,10 +69,10 @@ def build_fresh(root: Path, mode: str) -> Model:
 
 def crash_mid_merge(directory: Path) -> None:
     """A merge that died after writing its snapshot arrays, before the rename."""
-    mode = json.loads((snapshots(directory)[-1] / "snapshot.json").read_text())["mode"]
+    mode = snapshot.read_info(snapshots(directory)[-1]).mode
     live = LiveIndex(directory, BITS, mode, **KW)
     with pytest.raises(SimulatedCrash), fsio.inject(FaultPlan(at=1, ops=("rename",),
-                                                              path_contains="main",
+                                                              path_contains="snap-",
                                                               crash=True)):
         live.merge()
 
@@ -251,12 +251,11 @@ KILLS = [  # (what, n-th call, of these operations, whose path contains, half a 
     ("add", 1, "write", "wal-", "1"),  # half a WAL record on disk
     ("merge", 1, "rename", "wal-", ""),  # rotation: the new segment's rename
     ("merge", 2, "write", ".npy", "1"),  # in the middle of a snapshot array
-    ("merge", 2, "rename", "snap-00000002", ""),  # the snapshot's final rename (the first
-    # rename under that name is of its "main" directory inside the temporary one)
+    ("merge", 1, "rename", "snap-00000002", ""),  # the snapshot's one rename into place
     ("merge", 1, "read", "", ""),  # verification, after the rename
     ("merge", 1, "unlink", "", ""),  # cleanup of the oldest generation
     # an acknowledged add, then its background merge dies at the snapshot's final rename
-    ("add-background-merge", 2, "rename", "snap-00000002", ""),
+    ("add-background-merge", 1, "rename", "snap-00000002", ""),
 ]
 
 
@@ -303,10 +302,10 @@ def test_corrupt_newest_snapshot_falls_back_to_the_previous_generation(damage, b
     older, newest = snapshots(d)
     if damage == "array":
         corrupt_newest_snapshot(d)
-    elif damage == "manifest":
-        (newest / "main" / "manifest.json").unlink()
-    else:
-        (newest / "snapshot.json").unlink()
+    elif damage == "manifest":  # listed, unreadable
+        layout.snapshot_metadata(newest).write_text("{broken")
+    else:  # its metadata gone: not a snapshot at all
+        layout.snapshot_metadata(newest).unlink()
     live = LiveIndex(d, BITS, "single", **KW)
     assert live.recovery.snapshot == int(older.name[5:])
     assert_matches(live, model, XQ)
@@ -329,7 +328,7 @@ def test_both_snapshots_corrupt_is_refused(bases, tmp_path):
     base, _ = bases[("two-generations", "single")]
     d = fresh_copy(base, tmp_path / "index")
     for snap in snapshots(d):
-        (snap / "main" / "manifest.json").write_text("{broken")
+        layout.snapshot_metadata(snap).write_text("{broken")
     logs = {p.name: p.read_bytes() for _, p in wal.list_segments(d)}
     with pytest.raises(CorruptIndexError, match="no usable snapshot"):
         LiveIndex(d, BITS, "single", **KW)

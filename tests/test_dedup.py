@@ -196,8 +196,8 @@ def test_many_near_duplicates_or_a_probe_limit_take_the_knn_search(tmp_path, mon
     """Past the range search's result cap (here 12 results: 1 item x report 3 x 4) or its
     probe limit (radius 3 of 64 bits is 43,745 probes, over 1,000), the k nearest within the
     radius decide and are reported: the twin's answer all the same."""
-    from bucketsearch.index.storage import live as live_module
-    monkeypatch.setattr(live_module, "DEDUP_RANGE_CAP", 1)
+    from bucketsearch.index.storage import dedup
+    monkeypatch.setattr(dedup, "DEDUP_RANGE_CAP", 1)
     rng = np.random.default_rng(4)
     code = _codes(rng, 1, 64, "uniform")
     live = LiveIndex(tmp_path / "cap", 64, "single", background_merge=False)

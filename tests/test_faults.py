@@ -6,7 +6,8 @@ Operations: add, add of a deleted id (re-insert), delete, merge (WAL rotation, s
 manifests, renames, directory fsyncs, read-back verification, cleanup), an add that starts a
 background merge (both under the fault), opening the index (recovery cutting a torn tail;
 recovery falling back from a corrupt newest snapshot), and writing an engine snapshot over an
-existing one (:func:`index.storage.store.save_arrays`). Kinds: once, ENOSPC and EIO on any call, a
+existing one (:func:`bucketsearch.index.storage.store.save_arrays`). Kinds: once, ENOSPC and EIO on
+any call, a
 short write (half the bytes, then ENOSPC) on a write, EMFILE on an open; sticky (that call and
 every later one fail until the operation returns), EIO and the short write. Mode "single" gets
 every kind, "mih" (same storage path, other snapshot files) the once-kinds; the add that starts a
@@ -41,8 +42,7 @@ from storage_model import (BITS, KW, POOL, XQ, Model, assert_matches, build_base
                            corrupt_newest_snapshot, differences, model_op, plant_torn_tail, queries,
                            resolve, snapshots)
 
-from bucketsearch.index.storage import fsio
-from bucketsearch.index.factory import load_index
+from bucketsearch.index.storage import fsio, snapshot
 from bucketsearch.index.storage.fsio import FaultPlan
 from bucketsearch.index.storage.live import LiveIndex
 from bucketsearch.index.storage.store import load_arrays, save_arrays
@@ -238,7 +238,7 @@ def run_one(case: Case, mode: str, base: Path, work: Path, base_model: Model, pl
     # one damaged, recovery falls back to the previous one plus the log, losing nothing
     for snap in snapshots(d):
         try:
-            load_index(snap / "main")
+            snapshot.load(snap, BITS)
         except (OSError, ValueError) as exc:
             out.problems.append(f"{label} (e): {snap.name} kept but unusable: {exc}")
     corrupt_newest_snapshot(d)
@@ -406,7 +406,7 @@ def test_a_snapshot_never_verified_is_not_kept_as_the_previous_generation(tmp_pa
     live.close()
     kept = snapshots(d)
     for snap in kept:
-        load_index(snap / "main")  # both generations verify
+        snapshot.load(snap, BITS)  # both generations verify
     corrupt_newest_snapshot(d)
     assert_matches(LiveIndex(d, BITS, "single", **KW), model, XQ)
 

@@ -1,4 +1,5 @@
-"""The search fast path (``app.routers.search.SearchFastPath``, issue 13 item 4): a search the
+"""The search fast path (``bucketsearch.app.routers.search.SearchFastPath``, issue 13 item 4): a
+search the
 endpoint would answer 200 is answered without FastAPI's routing and dependencies; every other
 request goes on to FastAPI. Checked here: the same status, content type and body as the app
 without the fast path, for requests it answers and requests it declines (errors included); plain

@@ -1,12 +1,14 @@
 """Model-based stateful test of the live index (hypothesis ``RuleBasedStateMachine``).
 
-The machine drives a :class:`~index.storage.live.LiveIndex` through inserts, deletes, re-inserts of
+The machine drives a :class:`~bucketsearch.index.storage.live.LiveIndex` through inserts, deletes,
+re-inserts of
 deleted ids, explicit and background merges, crashes and injected storage faults, and compares
 every search with brute force over a plain dict (``tests/storage_model.py``) after every step:
 range search at radius 0, 1, 2 and k-NN for k = 1..5, ordered by (distance, id), for a few fixed
 queries plus every live code, and ``ntotal``.
 
-Crashes are :class:`~index.storage.fsio.SimulatedCrash` raised at a chosen storage call (the n-th call
+Crashes are :class:`~bucketsearch.index.storage.fsio.SimulatedCrash` raised at a chosen storage call
+(the n-th call
 of an add, a delete, a merge or of recovery itself, a write possibly half done) or between
 operations; the object is then abandoned without ``close()`` and the index reopened from the
 directory. Background merges are joined and switched off while a crash or a fault is armed, so

@@ -3,7 +3,8 @@
 * a real ``bucketsearch serve`` loaded with 20,000 clustered codes: the CLI's JSON report has
   every field, the exact probe counts, radius queries that find their source code, no errors;
   closed loop stops by itself at ``--requests``; several client processes; CLI errors;
-* the real server deliberately slowed (an ASGI wrapper around ``app.main:create_app`` that holds
+* the real server deliberately slowed (an ASGI wrapper around ``bucketsearch.app.main:create_app``
+that holds
   every request arriving during a 250 ms window of each second; toggled at run time): open-loop
   latencies grow, closed-loop ones do not, and with one connection the open loop's latency
   (from the intended send) grows while its service time does not;

@@ -106,7 +106,8 @@ def test_mih_exact_substring_plan_matches_brute_force(bits, m, n, nq, threads, d
 @pytest.mark.parametrize("mode", ["single", "mih", "auto", "scan"])
 def test_queries_in_any_layout_and_after_rebuild_and_load(tmp_path, mode):
     """Without statistics, C-contiguous writable queries run through the kernels' compiled
-    entries (:func:`index._jit.compiled_entry`, kept with the table's arguments); read-only
+    entries (:func:`bucketsearch.index._jit.compiled_entry`, kept with the table's arguments);
+    read-only
     and strided queries through numba's dispatcher. Both answer alike, one query at a time and
     in batches, after an add (new arguments) and from a memory-mapped snapshot (read-only
     table arrays: other types, other entries)."""

@@ -1,6 +1,6 @@
 """The cost model of one index, live: the t0 estimates (each named), the per-query extended
 model, per radius measured T(r) and T(R) beside the paper's model, and the verdicts; all from
-:mod:`app.costfit` (bookkeeping) and :mod:`index.costmodel` (formulas)."""
+:mod:`bucketsearch.app.costfit` (bookkeeping) and :mod:`bucketsearch.index.costmodel` (formulas)."""
 from __future__ import annotations
 
 from fastapi import APIRouter
@@ -69,7 +69,7 @@ def get_cost_model(entry: EntryDep) -> dict:
 def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) -> dict:
     """Run sampled queries (half codes of the index, half uniform random codes) at every radius
     0..``max_distance``, time the probes of the single table apart (micro-benchmark), and refit
-    every estimate from them (:func:`index.costmodel.fit_all`)."""
+    every estimate from them (:func:`bucketsearch.index.costmodel.fit_all`)."""
     require_in_process(entry, "calibrate")
     radius = min(2, entry.bits) if body.max_distance is None else body.max_distance
     entry.live.check_radius(radius)

@@ -7,7 +7,8 @@
   model's prediction there, the served searches' empty buckets, and for mode "auto" the
   planner's choice per radius.
 
-The profile runs ``queries`` sampled queries (``app.costfit.sample_queries``: half codes of the
+The profile runs ``queries`` sampled queries (``bucketsearch.app.costfit.sample_queries``: half
+codes of the
 index, half uniform random codes, seeded) as one radius search of the main snapshot table, with
 the per-radius counters; it is not recorded in the cost model (the measured cost stays that of
 real searches). Mode "auto" profiles its single table (the buckets of the RAMAP model), mode

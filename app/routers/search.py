@@ -6,7 +6,7 @@ octet-stream bodies:
 * ``max_batch`` (413): queries per request, checked while the body is parsed
   (app/parsing.py).
 * ``max_k``, and ``nq x k <= max_results`` (k-NN): checked before any search
-  (``app.parsing.check_knn``, while the body is parsed).
+  (``bucketsearch.app.parsing.check_knn``, while the body is parsed).
 * ``max_request_probes``: bucket lookups of the whole request, charged with the engine's
   ``probe_count(R, nq)`` (one meaning for every engine, index/base.py: sum C(Q, r) for the
   single table, substring probes for multi-index hashing, 0 for a scan, the chosen plan's
@@ -337,8 +337,8 @@ def _replay(body: bytes, receive):
 
 
 class SearchFastPath:
-    """Pure ASGI middleware, inside :class:`app.guard.Guard` (auth, concurrency, body limits
-    are enforced before it): a search the endpoint would answer 200 is answered here by the
+    """Pure ASGI middleware, inside :class:`bucketsearch.app.guard.Guard` (auth, concurrency, body
+    limits are enforced before it): a search the endpoint would answer 200 is answered here by the
     endpoint's own functions (:func:`answer_search`), without FastAPI's routing, dependency
     resolution and Request/Response objects, the larger part of the fixed cost of a small
     search (issue 13; figures in bench/RESULTS.md).

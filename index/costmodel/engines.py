@@ -39,10 +39,10 @@ import numpy as np
 
 from bucketsearch.index.base import ENGINES
 from bucketsearch.index.costmodel.estimators import FENCE, HOLDS_FACTOR, within_fence
-from bucketsearch.index.costmodel.regression import CONFIDENCE, fit_nonnegative
+from bucketsearch.index.fits.regression import CONFIDENCE, fit_nonnegative
 
 ENGINE_NAMES = ("single", "mih", "scan")
-#: :data:`index.base.ENGINES` as an array: engine codes to names in one indexing
+#: :data:`bucketsearch.index.base.ENGINES` as an array: engine codes to names in one indexing
 _ENGINE_NAMES = np.array(ENGINES, dtype=object)
 #: per engine, its terms in priority order and the counter each multiplies
 ENGINE_TERMS = {
@@ -103,8 +103,8 @@ class QuerySamples:
 
     @classmethod
     def from_stats(cls, stats) -> QuerySamples:
-        """From a :class:`~index.base.SearchStats` or a list of them (the server's recent
-        searches, often one query each: joined by width, one ``np.concatenate`` per field and
+        """From a :class:`~bucketsearch.index.base.SearchStats` or a list of them (the server's
+        recent searches, often one query each: joined by width, one ``np.concatenate`` per field and
         width, not one padded copy per part)."""
         parts = list(stats) if isinstance(stats, (list, tuple)) else [stats]
         by_width: dict[int, list] = {}

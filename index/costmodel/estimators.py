@@ -43,8 +43,8 @@ import numpy as np
 
 from bucketsearch.index.codes import check_bits
 from bucketsearch.index.costmodel.microbench import MICROBENCHMARK, mix_probe_times
-from bucketsearch.index.costmodel.paper import RADIUS_FIT, T0Estimate, radius_fit
-from bucketsearch.index.costmodel.regression import (COND_MAX, CONFIDENCE, LinearFit, fit_linear,
+from bucketsearch.index.fits.paper import RADIUS_FIT, T0Estimate, radius_fit
+from bucketsearch.index.fits.regression import (COND_MAX, CONFIDENCE, LinearFit, fit_linear,
                                                     fit_nonnegative)
 
 QUERY_MODEL = "query_model"
@@ -74,7 +74,8 @@ class CostSamples:
 
     @classmethod
     def from_stats(cls, stats) -> CostSamples:
-        """From a :class:`~index.base.SearchStats` (or a list of them, concatenated)."""
+        """From a :class:`~bucketsearch.index.base.SearchStats` (or a list of them,
+        concatenated)."""
         if isinstance(stats, (list, tuple)):
             stats = type(stats[0]).concat(list(stats)) if len(stats) > 1 else stats[0]
         return cls(*(np.asarray(getattr(stats, f), dtype=np.int64) for f in COUNTERS),

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from bucketsearch.index._jit import monotonic_ns, njit
-from bucketsearch.index.costmodel.paper import T0Estimate
-from bucketsearch.index.costmodel.regression import CONFIDENCE, t_quantile
+from bucketsearch.index.fits.paper import T0Estimate
+from bucketsearch.index.fits.regression import CONFIDENCE, t_quantile
 from bucketsearch.index.table import find_bucket, find_bucket_word
 
 MICROBENCHMARK = "microbenchmark"
@@ -57,10 +57,10 @@ def _hit_mask(keys, table):
 
 
 def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
-    """Time empty and non-empty probes of a :class:`~index.table.BucketTable`:
+    """Time empty and non-empty probes of a :class:`~bucketsearch.index.table.BucketTable`:
     ``{"empty_ns", "nonempty_ns", "fill", "empty_pass_ns", "nonempty_pass_ns"}`` (means, ``fill``
     the fraction of random codes that hit a bucket, the per-pass means; nan: no such key)."""
-    from bucketsearch.index.evaluation.synth import uniform_codes
+    from bucketsearch.index.synth import uniform_codes
 
     if repeats < 1 or n_keys < 1:
         raise ValueError(f"n_keys and repeats must be >= 1, got {n_keys} and {repeats}")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index.costmodel.paper import (PaperModel, fit_t0, paper_probes, per_radius_means,
+from bucketsearch.index.fits.paper import (PaperModel, fit_t0, paper_probes, per_radius_means,
                                                 r_squared, reached_mask)
 from bucketsearch.index.costmodel.engines import QuerySamples, engine_report
-from bucketsearch.index.costmodel.stepmodel import ExtendedModel, fit_extended, stats_features
+from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended, stats_features
 
 
 def _mode_name(index) -> str:

@@ -45,8 +45,8 @@ import numpy as np
 from bucketsearch.index.base import stack_padded
 from bucketsearch.index.costmodel.estimators import (QUERY_TERMS, TRIM_RULE, CostSamples,
                                                      as_samples, fit_all, summary, within_fence)
-from bucketsearch.index.costmodel.paper import fit_t0, paper_probes, r_squared
-from bucketsearch.index.costmodel.regression import fit_linear
+from bucketsearch.index.fits.paper import fit_t0, paper_probes, r_squared
+from bucketsearch.index.fits.regression import fit_linear
 
 STUDY = "paper_model_study"
 CLOCKS = ("total", "lookup")

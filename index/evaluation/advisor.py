@@ -4,14 +4,17 @@ it costs, and (given relevance) how good it is, with a recommended radius and it
 Inputs: the query codes ``xq`` (a sample of the index's own codes, or codes the user sent), the
 database they are scored against ``xb`` (the index's live items; with ``holdout`` the sampled
 items are left out, the query/database split of the literature, so the figures are those of
-new items), optionally a :class:`~index.evaluation.relevance.Relevance` over ``(xq, xb)``,
-and the index's :class:`~index.storage.live.LiveState` (the engine whose cost is measured).
+new items), optionally a :class:`~bucketsearch.index.evaluation.relevance.Relevance` over ``(xq,
+xb)``,
+and the index's :class:`~bucketsearch.index.storage.live.LiveState` (the engine whose cost is
+measured).
 
 Per radius r (every figure from the existing metrics package, no formula of its own):
 
 * answers per query: ``N(q, r)``, the items within distance r (``ball_cumsum`` of the
-  histogram pass :func:`~index.metrics.histogram.hamming_histograms`): mean and p50/p90/p99;
-  ``empty_share = empty_ball_queries[r] / nq`` (:mod:`index.metrics.space`);
+  histogram pass :func:`~bucketsearch.index.metrics.histogram.hamming_histograms`): mean and
+  p50/p90/p99; ``empty_share = empty_ball_queries[r] / nq``
+  (:mod:`bucketsearch.index.metrics.space`);
 * cost per query of the mode that runs: ``modeled_probes`` (the engine's own
   ``probe_count(r)``: sum C(Q, i) for a single table, substring probes for MIH, the plan's count
   for ``auto``), ``modeled_ns`` (``t0 x probes`` for single and MIH, the planner's predicted ns
@@ -21,9 +24,11 @@ Per radius r (every figure from the existing metrics package, no formula of its 
   warm-up (null, with ``measured_note``, when
   the probe guard, the request probe budget or ``max_results`` refuses the radius);
 * with relevance: precision / recall / F1 (macro, with a 95% percentile bootstrap interval of
-  the mean over queries, :func:`~index.evaluation.significance.bootstrap_ci`; and micro),
-  RAMAP@r (:func:`~index.metrics.ramap.ramap`, modeled cost) with its interval, from
-  :func:`index.metrics.evaluate` itself, so the numbers are ``bucketsearch eval``'s on the same
+  the mean over queries, :func:`~bucketsearch.index.evaluation.significance.bootstrap_ci`; and
+  micro),
+  RAMAP@r (:func:`~bucketsearch.index.metrics.ramap.ramap`, modeled cost) with its interval, from
+  :func:`bucketsearch.index.metrics.evaluate` itself, so the numbers are ``bucketsearch eval``'s on
+  the same
   codes. mAP (tie-aware, over the whole Hamming ranking) does not depend on the radius: it is
   given once, with its interval; RAMAP@r is the radius-aware mAP.
 
@@ -42,7 +47,8 @@ The recommendation (:func:`recommend`; ``RULE`` is its text, returned with the f
 The reason names the recommended radius's quality and cost, and what the next radius would add
 and at what cost ratio (``cost(r+1) / cost(r)``). Pareto marks (:func:`~index.evaluation.
 frontier.pareto`, lower cost and higher quality) place each radius on the quality-vs-cost
-frontier; :func:`frontier_view` shapes them for :func:`~index.evaluation.frontier.plot_frontier`.
+frontier; :func:`frontier_view` shapes them for
+:func:`~bucketsearch.index.evaluation.frontier.plot_frontier`.
 """
 from __future__ import annotations
 
@@ -80,7 +86,7 @@ def measure_radius(state, xq: np.ndarray, radius: int, *, max_probes: int | None
     sample after a warm-up run; ``(None, reason)`` when a limit refuses it (before any work for
     the probe limits, as the search route does)."""
     from bucketsearch.index.base import ProbeLimitError, ResultLimitError
-    from bucketsearch.index.storage.live import with_probe_limit
+    from bucketsearch.index.storage.state import with_probe_limit
 
     nq = len(xq)
     main = state.main
@@ -206,7 +212,7 @@ def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max:
     """Every per-radius figure, the mAP, the recommendation and the frontier marks (module
     docstring). ``xq`` and ``xb`` are uint64 words of ``state.bits`` bits; ``relevance``
     covers ``(len(xq), len(xb))``."""
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     from bucketsearch.index.metrics import evaluate, hamming_histograms
     from bucketsearch.index.metrics.ramap import modeled_costs
 
@@ -289,8 +295,8 @@ def mark_frontier(result: dict) -> None:
 
 
 def frontier_view(result: dict) -> dict:
-    """The advice as :func:`~index.evaluation.frontier.plot_frontier`'s input: one point per
-    radius of the mode that runs."""
+    """The advice as :func:`~bucketsearch.index.evaluation.frontier.plot_frontier`'s input: one
+    point per radius of the mode that runs."""
     mode = result["mode"]
     points = []
     for row in result["radii"]:

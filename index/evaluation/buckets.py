@@ -13,7 +13,8 @@ With ``d_j(q, x)`` the Hamming distance of segment ``j`` and the *min-segment di
 ``m_L(q, x) <= r``. So one histogram of ``m_L`` per query gives the retrieved set at every
 radius, exactly like the Hamming-distance histogram gives the Hamming ball at every radius, and
 precision, recall and F-beta (macro and micro, every convention of
-:mod:`index.metrics.conventions`) come from :func:`index.metrics.radius.radius_metrics` applied
+:mod:`bucketsearch.index.metrics.conventions`) come from
+:func:`bucketsearch.index.metrics.radius.radius_metrics` applied
 to it. Two special cases anchor the protocol to Hamming ranking: ``(K, L) = (Q, 1)`` at radius
 ``r`` is the Hamming ball ``d <= r``, and ``(1, Q)`` at radius 0 is the ball ``d <= Q - 1``; in
 general the retrieved set holds the ball of radius ``L (r + 1) - 1`` (pigeonhole) and more.
@@ -23,10 +24,12 @@ The kernel visits every (query, item) pair once per segment width K and gets eve
 difference array over L), so the cost per pair is ``Q / K`` popcounts, stopping at the first
 segment with distance 0.
 
-Cost is measured in the engine: a :class:`~index.mih.MultiIndex` with ``m = L`` substrings
+Cost is measured in the engine: a :class:`~bucketsearch.index.mih.MultiIndex` with ``m = L``
+substrings
 over the ``K * L``-bit codes *is* this structure (L tables keyed by the K-bit segments), and its
 range search to radius ``R = L (r + 1) - 1`` probes every table to radius exactly ``r`` (tight
-pigeonhole rule, see :mod:`index.mih`); its ``unique_candidates`` are the retrieved set (checked
+pigeonhole rule, see :mod:`bucketsearch.index.mih`); its ``unique_candidates`` are the retrieved set
+(checked
 against the histogram), its ``lookup_ns`` the time of probing the L tables and verifying the
 candidates by full distance, summed over the radius steps.
 """
@@ -40,7 +43,7 @@ from numba import prange
 
 from bucketsearch.index._jit import pjit, popcount64
 from bucketsearch.index.codes import as_words, word_widths
-from bucketsearch.index.evaluation.relevance import Relevance, dense
+from bucketsearch.index.metrics.relevance import Relevance, dense
 from bucketsearch.index.metrics.conventions import DEFAULT, Conventions
 from bucketsearch.index.metrics.histogram import Histograms
 from bucketsearch.index.metrics.radius import radius_metrics
@@ -260,8 +263,8 @@ def timed_search(index, wq: np.ndarray, radius: int, repeats: int = 1) -> dict:
 
 def engine_cost(db_bits, query_bits, k: int, n_tables: int, radii,
                 max_probes: int = DEFAULT_MAX_PROBES, repeats: int = 1) -> dict:
-    """Build the L tables of K-bit segments as a :class:`~index.mih.MultiIndex` (``m = L``
-    substrings of the ``K * L``-bit codes) and time a lookup at each per-table radius r by its
+    """Build the L tables of K-bit segments as a :class:`~bucketsearch.index.mih.MultiIndex` (``m =
+    L`` substrings of the ``K * L``-bit codes) and time a lookup at each per-table radius r by its
     range search to ``R = L (r + 1) - 1`` (module docstring). Returns ``{r: EngineCost}``;
     radii whose probes per query ``L * sum_{i<=r} C(K, i)`` exceed ``max_probes`` are left out."""
     from bucketsearch.index.mih import MultiIndex
@@ -297,7 +300,8 @@ def evaluate_tables(db_codes, query_codes, relevance: Relevance, configs=None,
 
     Per configuration and per-table radius r = 0..K: macro and micro precision, recall and
     F-beta of the retrieved set ``{x : m_L(q, x) <= r}`` (conventions as in
-    :func:`index.metrics.radius.radius_metrics`: empty set precision ``empty_precision``, queries
+    :func:`bucketsearch.index.metrics.radius.radius_metrics`: empty set precision
+    ``empty_precision``, queries
     without relevant items per ``no_relevant``), the mean retrieved-set size, the modeled probes
     ``L * sum_{i<=r} C(K, i)``; and for each r in ``measure_radii`` (empty: none) the engine's
     measured cost (:func:`engine_cost`). ``check_engine`` raises if the engine's retrieved set

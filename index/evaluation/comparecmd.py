@@ -7,7 +7,7 @@ Runs are eval JSON outputs written with ``--per-query`` or ``.npz`` codes (``db_
 """
 from __future__ import annotations
 
-from bucketsearch.index.metrics import cli as eval_cli
+from bucketsearch.index.evaluation import evalcmd as eval_cli
 
 HELP = "compare methods on the same queries: paired t, Wilcoxon, randomization; Holm/Bonferroni"
 EPILOG = """examples:

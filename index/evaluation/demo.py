@@ -39,7 +39,7 @@ def _positive(name, value, low=1):
 def run(args) -> int:
     from bucketsearch.index.probe import HammingIndex
     from bucketsearch.index.scan import LinearScan
-    from bucketsearch.index.evaluation.synth import clustered_codes, queries_near, uniform_codes
+    from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes
 
     _positive("n", args.n)
     _positive("queries", args.queries)

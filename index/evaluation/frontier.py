@@ -6,14 +6,14 @@ Operating points (each answers "which items does a query retrieve, and what did 
 * ``single r``: one bucket table of all Q bits probed to radius r (:class:`~index.probe.
   HammingIndex`); retrieves the Hamming ball ``d <= r``. Modeled cost: ``sum_{i<=r} C(Q, i)``
   probes (the RAMAP cost of Jiang, Li & Li).
-* ``mih r``: multi-index hashing (:class:`~index.mih.MultiIndex`, Norouzi's number of
+* ``mih r``: multi-index hashing (:class:`~bucketsearch.index.mih.MultiIndex`, Norouzi's number of
   substrings) at radius r: the same ball, another cost. Modeled: its exact substring probes.
-* ``auto r``: the planner's choice (:class:`~index.planner.AutoIndex`) at radius r.
+* ``auto r``: the planner's choice (:class:`~bucketsearch.index.planner.AutoIndex`) at radius r.
 * ``scan r``: the linear scan cut at r (the baseline every bucket search must beat).
   ``auto`` and ``scan`` have no modeled probe count (a plan may scan), so they are placed by
   measured cost only.
 * ``tables K,L r``: L tables of K-bit segments probed to radius r each
-  (:mod:`index.evaluation.buckets`). Modeled: ``L * sum_{i<=r} C(K, i)`` probes.
+  (:mod:`bucketsearch.index.evaluation.buckets`). Modeled: ``L * sum_{i<=r} C(K, i)`` probes.
 
 Measured cost: the mean over queries of the kernel's whole-query time (``total_ns``: probing,
 verification and result ordering; the scan's popcount pass), the fastest of ``repeats`` runs
@@ -29,7 +29,7 @@ import numpy as np
 
 from bucketsearch.index.evaluation.buckets import (DEFAULT_MAX_PROBES, bit_array, evaluate_tables,
                                                    timed_search)
-from bucketsearch.index.evaluation.relevance import Relevance
+from bucketsearch.index.metrics.relevance import Relevance
 from bucketsearch.index.metrics.conventions import DEFAULT, Conventions
 
 QUALITIES = ("f_micro", "f_macro", "recall_micro")

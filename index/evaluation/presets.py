@@ -2,7 +2,8 @@
 
 A number from another code base differs from ours when a convention differs: the AP@k
 denominator, the order of tied items, the precision of an empty Hamming ball, macro or micro
-averaging, the AUPRC form. A preset sets the :class:`~index.metrics.conventions.Conventions`
+averaging, the AUPRC form. A preset sets the
+:class:`~bucketsearch.index.metrics.conventions.Conventions`
 fields that source fixes, names the metrics it reports (``headline``, JSON paths of
 ``bucketsearch eval`` with ``@k`` / ``@R`` picking a cut-off or radius), and lists each choice
 with the source's own code or formula, so a reader sees why a number moves.

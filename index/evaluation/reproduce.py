@@ -25,7 +25,8 @@ and by measured RAMAP gives the same order is reported per Q and over all (metho
 (means closer than their standard error over the runs). ``--save-codes`` keeps the first split's
 codes for ``bucketsearch eval --dataset NAME:SEED``.
 
-Measured cost: the codes are indexed in :class:`index.probe.HammingIndex` (single table) and the
+Measured cost: the codes are indexed in :class:`bucketsearch.index.probe.HammingIndex` (single
+table) and the
 queries run as radius-R searches with per-radius statistics; ``T(r)`` is the median over queries
 of the in-kernel lookup time of the rings 0..r summed per query, the smallest such median over
 ``--repeats`` passes (the least disturbed by other processes); RAMAP then uses ``T(r) / T(0)``.
@@ -104,7 +105,7 @@ def strategies(xb, xq, bits: int, seed: int) -> dict:
 def paper_rows(data, bits: int, radius_max: int, seed: int) -> dict:
     """MAP, precision, recall, RAMAP (and RAMAP without the time penalty) by radius for each
     strategy of the paper's argument."""
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     from bucketsearch.index.metrics import (hamming_histograms, radius_metrics, ramap,
                                             ranking_metrics)
     rel = from_labels(data.yq, data.yb)
@@ -284,7 +285,7 @@ def compare_methods(dataset: str, bits_list, runs: int, radius: int, seed: int,
     (split r uses seed ``seed + r``); ``save_codes``: a folder for the first split's codes."""
     from bucketsearch.index.evaluation.coding import pca_basis
     from bucketsearch.index.evaluation.datasets import load
-    from bucketsearch.index.evaluation.relevance import from_labels
+    from bucketsearch.index.metrics.relevance import from_labels
     per_run = {(q, m): [] for q in bits_list for m in COMPARE_METHODS}
     name = dataset
     for run in range(runs):

@@ -1,5 +1,6 @@
 """TREC run and qrels files: our rankings and ground truth in the format trec_eval,
-pytrec_eval and ranx read, and qrels read back as a :class:`~index.evaluation.relevance.Relevance`.
+pytrec_eval and ranx read, and qrels read back as a
+:class:`~bucketsearch.index.evaluation.relevance.Relevance`.
 
 Run lines: ``qid Q0 docid rank score tag``, query ``q`` named ``q<q>``, database item ``i``
 (its row) named ``d<i>``. Each query's items are ranked by (Hamming distance, row), the
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.evaluation.relevance import Relevance, dense, from_pairs
+from bucketsearch.index.metrics.relevance import Relevance, dense, from_pairs
 
 
 def rankings(db_codes, query_codes, depth: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,8 +9,8 @@ For query ``q`` and distance ``d = 0..Q`` the kernel counts
 * ``gain_exp[q, d]``: the sum of ``2^g - 1`` (the NDCG gain).
 
 Relevance is read on the fly per (query, item) from compact label arrays
-(:mod:`index.evaluation.relevance`), so nothing of size ``nq x nb`` is ever allocated: memory is
-``O(nq * (Q + 1))`` plus ``O(nb)`` per thread for the optional as-ranked pass.
+(:mod:`bucketsearch.index.evaluation.relevance`), so nothing of size ``nq x nb`` is ever allocated:
+memory is ``O(nq * (Q + 1))`` plus ``O(nb)`` per thread for the optional as-ranked pass.
 
 As-ranked metrics need the order (distance, db index). The pass visits items in db index order,
 so for every relevant item it knows how many items (and relevant items, and gain) precede it at
@@ -35,7 +35,7 @@ from numba import prange
 
 from bucketsearch.index._jit import njit, pjit, popcount64
 from bucketsearch.index.codes import as_words
-from bucketsearch.index.evaluation.relevance import Relevance
+from bucketsearch.index.metrics.relevance import Relevance
 
 #: columns of ``ranked`` per cut-off k: AP numerator, relevant in top k, DCG@k,
 #: weighted-AP numerator
@@ -328,7 +328,8 @@ def hamming_histograms(db_codes, query_codes, relevance: Relevance, *, bits: int
     """One pass over (queries x database) giving per query and distance d = 0..Q the number of
     items, of relevant items and the sums of gains (see the module docstring).
 
-    ``db_codes``/``query_codes``: anything :func:`index.codes.as_words` accepts ((n, Q) {0,1} or
+    ``db_codes``/``query_codes``: anything :func:`bucketsearch.index.codes.as_words` accepts ((n, Q)
+    {0,1} or
     {-1,+1} arrays; uint64 words with ``bits``). ``graded``: gains are the number of shared labels
     (multi-hot) or the matrix values (explicit relevance); otherwise 1 for every relevant item.
     ``as_ranked``: also accumulate the as-ranked sums for the cut-offs ``ks`` (ties broken by

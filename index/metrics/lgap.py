@@ -3,8 +3,8 @@
 
 ``LGAP(q, r) = 1/(r+1) * sum_{k=0..r} P(q, k) * phi(S_k)`` where ``S_k`` is the Hamming ball of
 radius k around the query, ``P(q, k)`` the precision in it (conventions of
-:mod:`index.metrics.conventions`) and ``phi(S_k) = A / B``: A the number of database items in
-``S_k`` and, as the paper defines it (``denominator="all-codes"``, the default),
+:mod:`bucketsearch.index.metrics.conventions`) and ``phi(S_k) = A / B``: A the number of database
+items in ``S_k`` and, as the paper defines it (``denominator="all-codes"``, the default),
 ``B = (largest bin: most items on one code in S_k) x (number of codes in S_k,
 sum_{i<=k} C(Q, i))``. ``phi = 1`` only when every code of the ball holds the same number of
 items; one crowded bucket, or a ball of mostly empty codes, drives it towards 0: the collision
@@ -25,8 +25,8 @@ so the term is 0); with ``radius_inclusive=False`` the ball ``d < k`` holds
 a float once (at most 2^256, far inside the float range), so Q = 256 cannot overflow.
 
 Needs per-code counts in the ball: the histogram pass with ``code_stats=True``
-(:func:`index.metrics.histogram.hamming_histograms`) gives, per distance, the number of distinct
-occupied codes and the largest bucket; the ball aggregates them (sum and running max over
+(:func:`bucketsearch.index.metrics.histogram.hamming_histograms`) gives, per distance, the number of
+distinct occupied codes and the largest bucket; the ball aggregates them (sum and running max over
 d <= k).
 """
 from __future__ import annotations

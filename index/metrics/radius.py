@@ -1,8 +1,8 @@
 """Precision, recall and F-beta at every Hamming radius; PR curve over radius; AUPRC.
 
-All from the per-query histograms (:mod:`index.metrics.histogram`) in O(Q) per query. With
-``N(q, r)`` items and ``TP(q, r)`` relevant items in the Hamming ball of radius r (``d <= r``,
-see :mod:`index.metrics.conventions`) and ``REL(q)`` relevant items in all:
+All from the per-query histograms (:mod:`bucketsearch.index.metrics.histogram`) in O(Q) per query.
+With ``N(q, r)`` items and ``TP(q, r)`` relevant items in the Hamming ball of radius r (``d <= r``,
+see :mod:`bucketsearch.index.metrics.conventions`) and ``REL(q)`` relevant items in all:
 
 * ``P(q, r) = TP / N`` (``empty_precision`` when N = 0), ``R(q, r) = TP / REL``;
 * macro: the mean over queries of ``P(q, r)`` / ``R(q, r)``;

@@ -4,7 +4,8 @@ Hashing", arXiv:1905.10951).
 ``RAAP(q, R) = 1/(R+1) * sum_{r=0..R} P(q, r) / c(r)`` with the modeled cost of searching the
 ball of radius r ``c(r) = sum_{i=0..r} C(Q, i)`` (probes, in units of one bucket lookup t0, so
 ``c(0) = 1``), and ``RAMAP@R`` the mean of ``RAAP(q, R)`` over queries. ``P(q, r)`` is the
-precision at radius r with the conventions of :mod:`index.metrics.conventions` (empty ball: 0).
+precision at radius r with the conventions of :mod:`bucketsearch.index.metrics.conventions` (empty
+ball: 0).
 Costs are exact Python integers (``math.comb``); only ``1 / c(r)`` is rounded to a float, so
 Q = 64 or 256 cannot overflow.
 

@@ -29,7 +29,7 @@ positions inside the cut-off k (``m = min(t, k - N)``):
   ``E[RR@k] = sum_{j <= m} C(t-j, r-1) / C(t, r) / (N + j)``.
 * **best** case: relevant items first inside every tie; **worst** case: relevant items last.
 * **as-ranked**: ties broken by (distance, db index), from the sums the histogram kernel
-  accumulated (:class:`index.metrics.histogram.Histograms` ``ranked``).
+  accumulated (:class:`bucketsearch.index.metrics.histogram.Histograms` ``ranked``).
 
 Definitions (``kc = min(k, nb)``, ``REL`` = relevant items of the query):
 ``P@k = relk / kc``, ``R@k = relk / REL``, ``F1@k = 2 relk / (kc + REL)`` (linear in relk, so

@@ -54,7 +54,7 @@ def check_header(meta) -> None:
     wrote, or what someone crafted): a JSON object; ``bits``, ``n``, ``words`` integers in
     range (a JSON ``true`` or ``8.0`` is not an integer); ``mode`` a served mode;
     ``substrings`` null or an integer the mode accepts for ``bits`` (the engine's own rule,
-    :func:`index.factory.check_served_mode`). :class:`BackupError` naming the field."""
+    :func:`bucketsearch.index.factory.check_served_mode`). :class:`BackupError` naming the field."""
     if not isinstance(meta, dict):
         raise BackupError(f"body: the backup's header must be a JSON object, got "
                           f"{type(meta).__name__}")

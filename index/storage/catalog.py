@@ -23,10 +23,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from bucketsearch.index.storage import fsio
-
-META = "index.json"
-LOCK = "LOCK"
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import layout
+from bucketsearch.index.storage.layout import INDEX_META as META
+from bucketsearch.index.storage.layout import LOCK
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 
@@ -107,7 +107,7 @@ def read_folders(root: Path, clean: bool = True) -> list[IndexFolder]:
 def create_folder(root: Path, meta: dict, fill=None) -> Path:
     """Create ``<name>.<id>/index.json`` atomically; returns the folder. ``fill(tmp)`` writes
     the index's files (a restore) into the hidden folder before it is renamed into place."""
-    tmp = root / f".creating-{uuid.uuid4().hex}"
+    tmp = root / f"{layout.CREATING}{uuid.uuid4().hex}"
     final = root / f"{meta['name']}.{uuid.uuid4().hex[:12]}"
     fsio.mkdir(tmp)
     try:
@@ -127,7 +127,7 @@ def create_folder(root: Path, meta: dict, fill=None) -> Path:
 def remove_folder(root: Path, folder: Path) -> None:
     """Rename the folder away (durably), then delete it; a crash in between leaves a hidden
     folder that :func:`read_folders` removes."""
-    trash = root / f".deleted-{uuid.uuid4().hex}"
+    trash = root / f"{layout.DELETING}{uuid.uuid4().hex}"
     fsio.rename(folder, trash)
     fsio.fsync_path(root)
     shutil.rmtree(trash, ignore_errors=True)

@@ -11,16 +11,18 @@ live), and a request sent twice inserts nothing the second time: every item is t
 its own first copy, at distance 0.
 
 :func:`screen` is the decision over one batch given its live neighbours (the k nearest within
-``r`` of each item, from :meth:`index.storage.live.LiveState.search`). The batch is taken in
+``r`` of each item, from :meth:`bucketsearch.index.storage.live.LiveState.search`). The batch is
+taken in
 blocks of :data:`BLOCK` items: each block is searched against the items kept from the earlier
-blocks and against itself, then :func:`index.kernels.keep_first_rows` keeps greedily in order.
-Kept items are pairwise farther apart than ``r``, so a query's hits among them stay few, and
+blocks and against itself, then :func:`bucketsearch.index.kernels.keep_first_rows` keeps greedily in
+order. Kept items are pairwise farther apart than ``r``, so a query's hits among them stay few, and
 a block holds at most ``BLOCK**2`` pairs: memory is bounded whatever the batch (even one code
-sent many times). The kept items of earlier blocks are scanned (:class:`index.scan.LinearScan`)
+sent many times). The kept items of earlier blocks are scanned
+(:class:`bucketsearch.index.scan.LinearScan`)
 while they are fewer than :data:`INDEX_FROM`, then indexed (``make_index(bits, "auto")``).
 
-:meth:`index.storage.live.LiveIndex.add_dedup` runs the search and this decision under the
-index's write lock and appends the inserted items as one WAL record, so two near-duplicates
+:meth:`bucketsearch.index.storage.live.LiveIndex.add_dedup` runs the search and this decision under
+the index's write lock and appends the inserted items as one WAL record, so two near-duplicates
 sent at the same time by two clients never both get in; searches do not take that lock.
 
 This module imports only numpy at import time (the engine's kernels on first use), so the
@@ -173,3 +175,68 @@ def screen(words: np.ndarray, radius: int, bits: int, live: tuple,
     D, I = D.reshape(n, report), I.reshape(n, report)
     lims, D, I = knn_to_csr(D, I)
     return DedupResult(item_ids, kept, lims, D, I, int(first_id) if auto else None)
+
+
+#: results of a dedup insert's range search: beyond ``max(DEDUP_RANGE_CAP, n x report x 4)``
+#: (items with many near-duplicates) it takes the k-NN search instead
+DEDUP_RANGE_CAP = 4096
+
+
+def dedup_neighbours(state, words: np.ndarray, radius: int, report: int,
+                     max_probes: int | None) -> tuple:
+    """CSR ``(lims, D, I)`` of the live items within ``radius`` of each of ``words`` in
+    ``state`` (a :class:`~bucketsearch.index.storage.state.LiveState`, or anything with its
+    ``range_search`` and ``search``: a sharded index's state): every one (a range search: the
+    cheaper search, 10-20% less than k-NN within the radius here), or the ``report`` nearest
+    (k-NN within the radius) when the range search would pass its result cap or its probe
+    limit (k-NN switches to a scan instead of refusing)."""
+    from bucketsearch.index.base import ProbeLimitError, knn_to_csr
+    from bucketsearch.index.probe import ResultLimitError
+
+    cap = max(DEDUP_RANGE_CAP, len(words) * report * 4)
+    try:
+        return state.range_search(words, radius, max_probes=max_probes, max_results=cap)[:3]
+    except (ResultLimitError, ProbeLimitError):
+        D, I, _ = state.search(words, report, max_distance=radius, max_probes=max_probes)
+        return knn_to_csr(D, I)
+
+
+def dedup_batch(codes, ids, radius, report, bits: int):
+    """``(ids or None, words)`` of a dedup insert, its radius and report checked."""
+    from bucketsearch.index.codes import as_words
+    from bucketsearch.index.storage.state import write_batch
+
+    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) \
+            or not 0 <= radius <= bits:
+        raise ValueError(f"radius must be in [0, bits={bits}], got {radius!r}")
+    if isinstance(report, bool) or not isinstance(report, (int, np.integer)) or report < 1:
+        raise ValueError(f"report must be an int >= 1, got {report!r}")
+    if ids is None:
+        return None, np.ascontiguousarray(as_words(codes, bits))
+    return write_batch(codes, ids, bits)
+
+
+def decide(state, words: np.ndarray, ids: np.ndarray | None, radius: int, report: int,
+           max_probes: int | None) -> DedupResult:
+    """The dedup insert of ``words`` (ids ``ids``, or None: the state's next ids) into
+    ``state`` (a :class:`~bucketsearch.index.storage.state.LiveState`): its live neighbours
+    (:func:`dedup_neighbours`), then :func:`screen`. Raises ValueError when the ids the index
+    would give pass the largest id, :class:`~bucketsearch.index.storage.state.DuplicateIdError`
+    when an inserted item's id is live already (a rejected item's id is not checked)."""
+    from bucketsearch.index.storage.state import MAX_ID, DuplicateIdError
+
+    found = dedup_neighbours(state, words, radius, report, max_probes)
+    first = state.next_id
+    result = screen(words, radius, state.bits, found, ids, first, report)
+    new = result.inserted
+    if ids is None and first + result.n_inserted - 1 > MAX_ID:
+        raise ValueError(f"ids: the index gives ids after the largest ever written "
+                         f"({first - 1}); {result.n_inserted} more would pass the "
+                         f"largest id {MAX_ID}: insert with ids instead")
+    if ids is not None and new.any():
+        live = state.live_mask(ids[new])
+        if live.any():
+            raise DuplicateIdError(f"ids: id {int(ids[new][live][0])} already exists "
+                                   "in the index with a code farther than the radius "
+                                   "(delete it first, or upsert to replace it)")
+    return result

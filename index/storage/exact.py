@@ -1,5 +1,5 @@
-"""The exact answers of one :class:`~index.storage.live.LiveState`, by a linear scan in plain
-numpy: the oracle of the exactness audit (app/audit.py).
+"""The exact answers of one :class:`~bucketsearch.index.storage.live.LiveState`, by a linear scan in
+plain numpy: the oracle of the exactness audit (app/audit.py).
 
 Nothing here goes through an engine, a table or a compiled kernel: the live items are the main
 index's stored ``(ids, words)`` minus the tombstoned ids, plus the delta's, and the distance of

@@ -6,7 +6,8 @@
     manifest.json     {"format": "bucketsearch-snapshot", "version": 1, "index": name,
                        "bits", "mode", "substrings", "items", "created_at", "bucketsearch",
                        "files": {"index.bsbackup": {"bytes": B, "sha256": H}}}
-    index.bsbackup    the backup file of :mod:`index.storage.backup` (items in id order, CRC-32)
+    index.bsbackup    the backup file of :mod:`bucketsearch.index.storage.backup` (items in id
+    order, CRC-32)
 
 so it is checked twice on restore: the SHA-256 of the member against the manifest, then the
 backup's own header, lengths and CRC. Snapshots live in ``<index folder>/backups/`` (deleted
@@ -30,11 +31,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bucketsearch.index.storage import backup, fsio
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import backup
 from bucketsearch.index.storage.backup import BackupError
+from bucketsearch.index.storage.layout import BACKUPS as DIR
 
 FORMAT, VERSION = "bucketsearch-snapshot", 1
-DIR = "backups"
 MANIFEST, PAYLOAD = "manifest.json", "index.bsbackup"
 #: A snapshot's file name (also the path parameter's pattern in the OpenAPI document).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.tar$"

@@ -17,11 +17,10 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from bucketsearch.index.storage import fsio
-from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, scan_segment,
-                                            segment_name)
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage.layout import COMMIT_FILE, segment_name
+from bucketsearch.index.storage.wal import MAGIC, CorruptLogError, Op, scan_segment
 
-COMMIT_FILE = "wal.committed"
 _POSITION = struct.Struct("<qqq")
 
 
@@ -69,7 +68,8 @@ def read_committed(directory, start: Position, end: Position) -> list[Op]:
     records. A segment before ``end``'s was closed by a rotation, so it must parse to its
     last byte (the writer cuts a torn tail only in its newest segment, before appending
     again); ``end``'s segment must parse up to ``end.offset``. Any damage there raises
-    :class:`~index.storage.wal.CorruptLogError` (file and offset): the follower stops, as the
+    :class:`~bucketsearch.index.storage.wal.CorruptLogError` (file and offset): the follower stops,
+    as the
     writer refuses to open such a log (its records after the damage were acknowledged; applying
     them without the damaged one would show a later write without an earlier one). Raises
     FileNotFoundError when a segment in between is gone (the writer cleaned it up after a

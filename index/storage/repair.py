@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bucketsearch.index.storage import catalog
+from bucketsearch.index.storage import catalog, layout
 from bucketsearch.index.storage.live import LiveIndex
 
 HELP = "salvage a corrupt index: keep every intact WAL record, report what was lost"
@@ -32,7 +32,7 @@ def repair(data_dir, name: str) -> dict:
     """Open index ``name`` of ``data_dir`` with salvage and return the report."""
     lock = catalog.DataDirLock(data_dir)
     try:
-        found = [f for f in catalog.read_folders(Path(data_dir) / "indexes") if f.name == name]
+        found = [f for f in catalog.read_folders(Path(data_dir) / layout.INDEXES) if f.name == name]
         if not found:
             raise ValueError(f"--index: no index {name!r} in {data_dir}")
         if found[0].meta is None:

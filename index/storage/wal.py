@@ -28,13 +28,12 @@ Guarantees (tested in tests/test_wal.py and tests/test_faults.py):
   the current segment.
 
 Segments are numbered (``wal-00000007.log``); a snapshot records the last segment it contains
-and recovery replays the later ones in order (see :mod:`index.storage.live`).
+and recovery replays the later ones in order (see :mod:`bucketsearch.index.storage.live`).
 """
 from __future__ import annotations
 
 import errno
 import os
-import re
 import resource
 import struct
 import threading
@@ -45,7 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.storage import fsio
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.storage import layout
+from bucketsearch.index.storage.layout import segment_name
 
 MAGIC = b"BSWAL001"
 HEADER = struct.Struct("<II")  # payload length, crc32(payload)
@@ -56,7 +57,6 @@ _WITH_WORDS = {"add": OP_ADD, "upsert": OP_UPSERT}
 _KIND_OF = {tag: kind for kind, tag in _WITH_WORDS.items()}
 #: Upper bound of one record's payload; a larger length field means a corrupt header.
 MAX_RECORD_BYTES = 1 << 31
-_SEGMENT_RE = re.compile(r"^wal-(\d{8})\.log$")
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def cut_torn_tail(scan: SegmentScan) -> Path | None:
     path, cut = scan.path, scan.data[scan.valid_bytes:]
     broken = None
     if cut:
-        broken = path.with_name(f"{path.name}.broken-{scan.valid_bytes}")
+        broken = layout.broken_tail(path, scan.valid_bytes)
         fsio.write_file(broken, cut)
     if scan.valid_bytes < len(MAGIC):
         fsio.replace_file(path, MAGIC)
@@ -278,17 +278,13 @@ def salvage(data: bytes) -> Salvage:
     return out
 
 
-def segment_name(seq: int) -> str:
-    return f"wal-{seq:08d}.log"
-
-
 def list_segments(directory) -> list[tuple[int, Path]]:
     """``(sequence, path)`` of every WAL segment in ``directory``, in order."""
     found = []
     for entry in Path(directory).iterdir():
-        m = _SEGMENT_RE.match(entry.name)
-        if m:
-            found.append((int(m.group(1)), entry))
+        seq = layout.segment_seq(entry.name)
+        if seq is not None:
+            found.append((seq, entry))
     return sorted(found)
 
 
@@ -297,7 +293,7 @@ def create_segment(directory, seq: int) -> Path:
     On failure nothing is left but possibly a ``.tmp`` file (ignored by :func:`list_segments`)."""
     directory = Path(directory)
     path = directory / segment_name(seq)
-    tmp = directory / f"{segment_name(seq)}.tmp"
+    tmp = directory / layout.segment_tmp(seq)
     try:
         fsio.write_file(tmp, MAGIC)
         fsio.rename(tmp, path)

@@ -6,7 +6,7 @@
   the shape of near-duplicate data (SimHash / pHash of re-encoded images).
 * ``queries_near``: database codes with ``flips`` random bits flipped, so radius searches find
   items.
-All return ``(n, W)`` uint64 words (see :mod:`index.codes`).
+All return ``(n, W)`` uint64 words (see :mod:`bucketsearch.index.codes`).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The planner's per-radius-step model (estimator ``step_model``), fitted on (query, radius)
 samples: ``t = c + a probes + b nonempty + d items (+ e candidates)`` where ``c`` is a cost per
-radius step (:func:`fit_extended`). :mod:`index.planner` sums it over the steps of a search to
+radius step (:func:`fit_extended`). :mod:`bucketsearch.index.planner` sums it over the steps of a
+search to
 predict a path's cost. The per-*query* extended model with intervals and the identifiability
-rule, what every report shows, is :func:`index.costmodel.estimators.fit_query_model`.
+rule, what every report shows, is :func:`bucketsearch.index.costmodel.estimators.fit_query_model`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from bucketsearch.index.costmodel.paper import r_squared, reached_mask, relative_errors
+from bucketsearch.index.fits.paper import r_squared, reached_mask, relative_errors
 
 EXTENDED_TERMS = ("const", "probes", "nonempty_buckets", "items", "candidates")
 

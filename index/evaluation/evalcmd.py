@@ -262,7 +262,7 @@ def _cumulative_p50(rows: list, what: str, path: str, radius_max: int) -> list[f
 
 
 def _relevance(args, nq: int, nb: int):
-    from bucketsearch.index.evaluation import relevance as rel
+    from bucketsearch.index.metrics import relevance as rel
     given = [name for name, v in (("labels", args.db_labels or args.query_labels),
                                   ("relevance-matrix", args.relevance_matrix),
                                   ("relevant-pairs", args.relevant_pairs),

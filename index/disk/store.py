@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.storage import fsio
+from bucketsearch.index.disk import fsio
 
 #: 2: an ``auto`` snapshot stores the single table's ids once, as the multi-index's ``mih_ids``
 #: (1 stored a copy as ``single_ids``; both are read); offsets and MIH table positions may be

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from bucketsearch.index.costmodel.regression import CONFIDENCE, t_quantile
+from bucketsearch.index.fits.regression import CONFIDENCE, t_quantile
 
 RADIUS_FIT = "radius_fit"
 

@@ -1,0 +1,44 @@
+"""The errors of the index registry (:mod:`bucketsearch.app.registry`), in a module of their
+own so the modules the registry opens (the sharded index, its shard actors) raise them without
+importing the registry: no import circle."""
+from __future__ import annotations
+
+
+class IndexNotFound(LookupError):
+    def __init__(self, name: str):
+        super().__init__(f"index {name!r} not found")
+
+
+class SnapshotNotFound(LookupError):
+    """A snapshot name that the index does not hold (404)."""
+
+
+class IndexExists(LookupError):
+    def __init__(self, name: str, existing: str):
+        same = "" if name == existing else f" (as {existing!r}: names are unique regardless " \
+                                             "of case)"
+        super().__init__(f"name: index {name!r} already exists{same}; delete it first or pick "
+                         "another name")
+
+
+class IndexLimit(LookupError):
+    """The server holds ``max_indexes`` indexes already (HTTP 409)."""
+
+
+class NotOnShards(LookupError):
+    """A route that reads an index's arrays in this process, asked of a sharded index (409)."""
+
+
+def require_in_process(entry, what: str) -> None:
+    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (app/shards.py)."""
+    if getattr(entry.live, "sharded", False):
+        raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
+                          f"{entry.live.n} shards ({what} reads the index's arrays in one "
+                          "process; docs/scale-out.md lists what a sharded index serves)")
+
+
+class IndexUnavailable(OSError):
+    """The index exists but could not be opened (HTTP 503 with the reason and
+    ``Retry-After: retry_after_s``)."""
+
+    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away

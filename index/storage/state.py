@@ -1,0 +1,441 @@
+"""The live state of an index and its transitions: pure values, no I/O.
+
+:class:`LiveState` is one consistent, immutable view of an index: the main index (built once
+per merge), the delta segment (a :class:`~bucketsearch.index.scan.LinearScan` over the items
+inserted since) and the tombstones (ids of the main index deleted since). It answers every
+read (radius search, k-NN, get, items) over main minus tombstones plus delta. A write never
+changes a state: :func:`apply_ops` (and :func:`apply_one` for one validated op) make the next
+state from the previous one, :func:`base_state` the state of a freshly built main index. The
+coordinator (:mod:`bucketsearch.index.storage.live`) logs each op durably, then publishes the
+state these functions return by swapping one reference.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bucketsearch.index import join
+from bucketsearch.index.codes import as_words, n_words
+from bucketsearch.index.kernels import merge_rows, rows_done
+from bucketsearch.index.probe import ResultLimitError
+from bucketsearch.index.radix import merge_sorted, sort_ids
+from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.storage.wal import Op
+from bucketsearch.index.table import sort_items
+
+_EMPTY_IDS = np.empty(0, dtype=np.int64)
+MAX_ID = 2**63 - 1  # ids are int64 >= 0
+
+class DuplicateIdError(ValueError):
+    """An inserted id is already live in the index (HTTP 409)."""
+
+
+
+def with_probe_limit(main, limit: int | None):
+    """``main`` itself, or a shallow copy sharing its arrays with a lower ``max_probes``."""
+    if limit is None or limit >= main.max_probes:
+        return main
+    view = copy.copy(main)
+    for child in ("single", "mih"):  # the planner's engines: copy them too, never mutate shared
+        if hasattr(view, child):
+            setattr(view, child, copy.copy(getattr(view, child)))
+    view.max_probes = max(int(limit), 1)
+    return view
+
+
+def _lims(counts: np.ndarray) -> np.ndarray:
+    lims = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.add.accumulate(counts, out=lims[1:])  # (np.cumsum: ~1 us more a call)
+    return lims
+
+
+def _row_lims(nq: int, width: int) -> np.ndarray:
+    """CSR ``lims`` of ``(nq, width)`` rows read as flat arrays."""
+    return np.arange(nq + 1, dtype=np.int64) * width
+
+
+def merge_results(nq: int, main: tuple, delta: tuple, tombstones: np.ndarray, k: int = -1):
+    """Main-table results minus the tombstoned ids, merged with the delta's, both already
+    ordered by (distance, id) per query (CSR ``(lims, D, I)``, padding id -1 skipped) by
+    :func:`bucketsearch.index.kernels.merge_rows`: nothing is sorted again. ``k < 0``: CSR ``(lims, D,
+    I)``; ``k >= 1``: ``(D, I)`` of shape ``(nq, k)`` padded with -1."""
+    counts, D, I = merge_rows(*main, *delta, tombstones, k)
+    if k < 0:
+        return _lims(counts), D, I
+    return D.reshape(nq, k), I.reshape(nq, k)
+
+
+def write_batch(codes, ids, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, words)`` of a write batch: as many ids as codes, no id twice."""
+    words = np.ascontiguousarray(as_words(codes, bits))
+    ids = np.array(ids, dtype=np.int64).reshape(-1)
+    if len(ids) != len(words):
+        raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
+                         "in the batch")
+    return ids, words
+
+
+def _empty_csr(nq: int) -> tuple:
+    return np.zeros(nq + 1, dtype=np.int64), np.empty(0, np.int32), _EMPTY_IDS
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """One consistent, immutable view: main index + delta segment + tombstones."""
+
+    bits: int
+    main: object  # HammingIndex, MultiIndex or AutoIndex
+    main_ids_sorted: np.ndarray
+    delta: object | None  # LinearScan over delta_ids/delta_words, None when empty
+    delta_ids: np.ndarray
+    delta_words: np.ndarray
+    tombstones: np.ndarray  # sorted int64 ids of the main index deleted since the last merge
+    version: int = 0
+    id_high: int = -1  # the largest id ever written (kept in snapshots): see next_id
+
+    @property
+    def ntotal(self) -> int:
+        return int(len(self.main_ids_sorted) - len(self.tombstones) + len(self.delta_ids))
+
+    def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray,
+                   version: int | None = None, id_high: int = -1) -> LiveState:
+        """The same main index with another delta and tombstones (and version, if given);
+        ``id_high`` raised to the largest id in the delta or ``id_high``."""
+        delta = None
+        if len(ids):
+            delta = LinearScan(self.bits)
+            # ids were validated when written (unique, not live); _rebuild only sets the arrays,
+            # where add() would re-check uniqueness at O(n log n) on every write
+            delta._rebuild(words, ids)
+        id_high = max(self.id_high, id_high, int(ids.max()) if len(ids) else -1)
+        return LiveState(self.bits, self.main, self.main_ids_sorted, delta, ids, words,
+                         tombstones, self.version if version is None else version, id_high)
+
+    def in_main(self, ids: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.main_ids_sorted, ids)
+        pos = np.minimum(pos, max(len(self.main_ids_sorted) - 1, 0))
+        if not len(self.main_ids_sorted):
+            return np.zeros(len(ids), dtype=bool)
+        return self.main_ids_sorted[pos] == ids
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, words)`` of every live item: the main index's minus tombstones, then the
+        delta's."""
+        main = self.main
+        keep = ~np.isin(np.asarray(main.ids), self.tombstones) if main.ntotal \
+            else np.zeros(0, dtype=bool)
+        words = np.concatenate([np.asarray(main.words)[keep], self.delta_words])
+        ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep], self.delta_ids])
+        return ids, words
+
+    def sorted_items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, ids)`` of every live item sorted by (code, id). A main index that keeps
+        that order (:attr:`IndexBase.sorted_by_code`) of one-word codes is not sorted again:
+        its items (tombstones dropped, order kept) and the sorted delta are merged in one
+        pass (:func:`bucketsearch.index.radix.merge_sorted`)."""
+        main = self.main
+        if not main.ntotal or not main.sorted_by_code or n_words(self.bits) != 1:
+            ids, words = self.items()
+            return sort_items(words, ids)
+        main_words = np.asarray(main.words).reshape(-1)
+        main_ids = np.asarray(main.ids, dtype=np.int64)
+        if len(self.tombstones):
+            keep = ~np.isin(main_ids, self.tombstones)
+            main_words, main_ids = main_words[keep], main_ids[keep]
+        delta_words, delta_ids = sort_items(self.delta_words, self.delta_ids)
+        words, ids = merge_sorted(main_words, main_ids, delta_words.reshape(-1), delta_ids)
+        return words.reshape(-1, 1), ids
+
+    def get(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, words)`` of ``ids``: a delta copy wins over the main one (a re-insert)."""
+        words = np.zeros((len(ids), n_words(self.bits)), dtype=np.uint64)
+        found = np.zeros(len(ids), dtype=bool)
+        if self.main.ntotal:
+            main_ids = np.asarray(self.main.ids, dtype=np.int64)
+            order = getattr(self.main, "_id_order", None)
+            if order is None:  # computed once per main index (immutable between merges)
+                order = self.main._id_order = np.argsort(main_ids, kind="stable")
+            pos = np.minimum(np.searchsorted(main_ids, ids, sorter=order), len(order) - 1)
+            hit = (main_ids[order[pos]] == ids) & ~np.isin(ids, self.tombstones)
+            words[hit] = np.asarray(self.main.words)[order[pos[hit]]]
+            found |= hit
+        if len(self.delta_ids):
+            if len(ids) <= 16:  # a few vectorized O(delta) compares beat a sort of the delta
+                rows = np.array([(np.flatnonzero(self.delta_ids == i)[:1].tolist() or [-1])[0]
+                                 for i in ids], dtype=np.int64)
+            else:
+                order = np.argsort(self.delta_ids, kind="stable")
+                at = np.minimum(np.searchsorted(self.delta_ids, ids, sorter=order),
+                                len(order) - 1)
+                rows = np.where(self.delta_ids[order[at]] == ids, order[at], -1)
+            hit = rows >= 0
+            words[hit] = self.delta_words[rows[hit]]
+            found |= hit
+        return found, words
+
+    @property
+    def next_id(self) -> int:
+        """The first id an insert without ids gets: one more than the largest id ever written
+        to this index (deleted ones included: an id is never given twice; snapshots keep the
+        mark, a restore starts from the largest id it holds)."""
+        top = int(self.main_ids_sorted[-1]) if len(self.main_ids_sorted) else -1
+        return max(top, self.id_high) + 1
+
+    def pairs(self, radius: int, chunk_size: int = 65_536, min_id: int | None = None, **options):
+        """Every unordered pair of live items (main minus tombstones, plus the delta) within
+        ``radius``, once, in chunks ordered by (a, b): :func:`bucketsearch.index.join.pairs` over this
+        state (``options``: its keyword arguments)."""
+        return join.pairs(self, radius, chunk_size=chunk_size, min_id=min_id, **options)
+
+    def new_ids(self, n: int) -> np.ndarray:
+        """The ids an insert of ``n`` items without ids gets: ``next_id, next_id + 1, ...``;
+        ValueError when they would pass :data:`MAX_ID`."""
+        first = self.next_id
+        if first + max(n, 1) - 1 > MAX_ID:
+            raise ValueError(
+                f"ids: the index gives ids after the largest ever written ({first - 1}); "
+                f"{n} more would pass the largest id {MAX_ID}: insert with ids instead")
+        return np.arange(first, first + n, dtype=np.int64)
+
+    def check_absent(self, ids: np.ndarray) -> None:
+        """:class:`DuplicateIdError` naming the first of ``ids`` that is live."""
+        live = self.live_mask(ids)
+        if live.any():
+            raise DuplicateIdError(f"ids: id {int(ids[live][0])} already exists in the "
+                                   "index (delete it first, or upsert to replace it)")
+
+    def live_mask(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` are currently live (present and not deleted)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        main_live = self.in_main(ids) & ~np.isin(ids, self.tombstones)
+        return main_live | np.isin(ids, self.delta_ids)
+
+    def range_search(self, xq: np.ndarray, radius: int, stats: bool = False,
+                     max_probes: int | None = None, max_results: int | None = None):
+        """``lims, D, I, main_stats``: radius search over main minus tombstones plus delta.
+
+        ``max_results`` caps the live results of the batch (``ResultLimitError``, raised while
+        searching): the main index is capped at ``max_results + len(tombstones)`` (at most that
+        many of its results are dropped), the delta scan at what the main index left."""
+        nq = len(xq)
+        main = with_probe_limit(self.main, max_probes)
+        if self.delta is None and not len(self.tombstones):  # fast path: the main table only
+            res = main.range_search(xq, radius, stats=stats, max_results=max_results)
+            return (*res[:3], res[3] if stats else None)
+        st = None
+        main_res = _empty_csr(nq)
+        if stats or self.main.ntotal:
+            try:
+                res = main.range_search(xq, radius, stats=stats, max_results=None
+                                        if max_results is None
+                                        else max_results + len(self.tombstones))
+            except ResultLimitError as exc:
+                raise ResultLimitError(max_results, exc.reached - len(self.tombstones)) \
+                    from None
+            main_res = res[:3]
+            st = res[3] if stats else None
+        else:  # nothing to probe, but the same refusal as when there is (no queries: cheap)
+            main.range_search(xq[:0], radius)
+        found = len(main_res[2])  # live results of the main index
+        if max_results is not None and len(self.tombstones) and found:
+            found -= int(np.isin(main_res[2], self.tombstones).sum())
+            if found > max_results:
+                raise ResultLimitError(max_results, found)
+        delta_res = _empty_csr(nq)
+        if self.delta is not None:
+            t = time.perf_counter_ns()
+            try:
+                delta_res = self.delta.range_search(
+                    xq, radius, max_results=None if max_results is None else max_results - found)
+            except ResultLimitError as exc:
+                raise ResultLimitError(max_results, found + exc.reached) from None
+            self._note_delta(st, time.perf_counter_ns() - t)
+        return (*merge_results(nq, main_res, delta_res, self.tombstones), st)
+
+    def _note_delta(self, st, scan_ns: int) -> None:
+        """Record the delta's linear scan on the stats: it has no buckets, so it is not in the
+        per-radius counters; ``delta_items`` items were scanned per query in ``delta_ns`` (the
+        whole batch, wall clock)."""
+        if st is not None:
+            st.delta_items, st.delta_ns = len(self.delta_ids), int(scan_ns)
+
+    def search(self, xq: np.ndarray, k: int, max_distance: int | None = None,
+               stats: bool = False, max_probes: int | None = None):
+        """``D, I, main_stats``: the k nearest by (distance, id) (within ``max_distance`` when
+        given), padded with id -1 and distance -1.
+
+        Tombstones hide main-index items only: an id deleted and inserted again lives in the
+        delta. The delta is scanned first; when it holds k items within distance ``b`` of a
+        query, the main table only needs its k nearest within ``b`` for that query (the union's
+        k nearest are within ``b``). A query whose k nearest in the main table include
+        tombstones is searched again with twice the k until k live items are found (or every
+        item within the radius was returned). Main and delta rows, each ordered by (distance,
+        id) by its kernel, are merged without sorting again (:func:`merge_results`).
+        """
+        nq = len(xq)
+        main = with_probe_limit(self.main, max_probes)
+        if self.delta is None and not len(self.tombstones) and main.ntotal >= k:
+            # fast path: the main index only (~30 us less a one-query search)
+            res = main.search(xq, k, max_distance=max_distance, stats=stats)
+            return res[0], res[1], res[2] if stats else None
+        R = self.bits if max_distance is None else int(max_distance)
+        delta_rows = (_row_lims(nq, 0), np.empty(0, np.int32), _EMPTY_IDS)
+        groups = [(None, R)]  # (queries or None: all, the radius their main search needs)
+        delta_ns = 0
+        if self.delta is not None:
+            kd = min(k, len(self.delta_ids))
+            t = time.perf_counter_ns()
+            Dd, Id = self.delta.search(xq, kd, max_distance=R)
+            delta_ns = time.perf_counter_ns() - t
+            delta_rows = (_row_lims(nq, kd), Dd.ravel(), Id.ravel())
+            if kd == k and nq == 1:  # (np.where and np.unique: ~5 us of a one-query search)
+                b = int(Dd[0, k - 1])
+                groups = [(None, b if b >= 0 else R)]
+            elif kd == k:  # a row padded with -1 (fewer than k within R) keeps the bound R
+                bound = np.where(Dd[:, k - 1] >= 0, Dd[:, k - 1], R)
+                groups = [(np.flatnonzero(bound == b), int(b)) for b in np.unique(bound)]
+        parts = []  # (queries or None: all, D, I, stats)
+        if main.ntotal:
+            for todo, b in groups:
+                kk = min(k, main.ntotal)
+                while todo is None or len(todo):
+                    res = main.search(xq if todo is None else xq[todo], kk, max_distance=b,
+                                      stats=stats)
+                    D, I = res[0], res[1]
+                    done = rows_done(I, self.tombstones, k, kk >= main.ntotal)
+                    if done.all():
+                        parts.append((todo, D, I, res[2] if stats else None))
+                        break
+                    sel = np.flatnonzero(done) if todo is None else todo[done]
+                    parts.append((sel, D[done], I[done], res[2].rows(done) if stats else None))
+                    todo = np.flatnonzero(~done) if todo is None else todo[~done]
+                    kk = min(2 * kk, main.ntotal)
+        if len(parts) == 1 and parts[0][0] is None:  # every query done in one search
+            Dm, Im = parts[0][1], parts[0][2]
+        else:
+            width = max((p[1].shape[1] for p in parts), default=0)
+            Dm = np.full((nq, width), -1, dtype=np.int32)
+            Im = np.full((nq, width), -1, dtype=np.int64)
+            for sel, D, I, _ in parts:
+                Dm[sel, :D.shape[1]] = D
+                Im[sel, :I.shape[1]] = I
+        D_out, I_out = merge_results(nq, (_row_lims(nq, Dm.shape[1]), Dm.ravel(), Im.ravel()),
+                                     delta_rows, self.tombstones, k)
+        st = None
+        if stats and parts:
+            st = parts[0][3] if parts[0][0] is None else _assemble_stats(
+                nq, [(sel, part_st) for sel, _, _, part_st in parts])
+        if self.delta is not None:
+            self._note_delta(st, delta_ns)
+        return D_out, I_out, st
+
+
+
+def _assemble_stats(nq: int, st_parts):
+    """Per-query stats from several partial searches, back in query order (missing rows are 0):
+    every field of :class:`~bucketsearch.index.base.SearchStats` is kept."""
+    sel = np.concatenate([s for s, _ in st_parts])
+    return type(st_parts[0][1]).concat([p for _, p in st_parts]).scatter(nq, sel)
+
+
+def apply_ops(state: LiveState, ops: list[Op], check: bool = True,
+              replace_live: bool = False) -> LiveState:
+    """The state after ``ops`` (adds and deletes, in order) on top of ``state``.
+
+    An add puts its items in the delta; a delete drops the id from the delta, and tombstones it
+    when the main index holds it (the main copy stays dead even if the id is added again: the
+    new item lives in the delta). With ``check``, an add of an id that is live at that point
+    raises ValueError (a log that contradicts itself); with ``replace_live`` (repair: a salvaged
+    log that lost a delete) such an add replaces the live item instead. Deletes of absent ids
+    are no-ops.
+    Vectorized over all ops: events sorted by (id, sequence). One validated op (a live write,
+    ``check=False``) takes a direct path: concatenate, or filter the delta.
+    """
+    if len(ops) == 1 and not check and not replace_live:
+        return apply_one(state, ops[0])
+    ops = [part for op in ops for part in _expand_upsert(op)]
+    adds = [(state.delta_ids, state.delta_words)] + [(op.ids, op.words) for op in ops
+                                                     if op.kind == "add"]
+    add_seq = [np.full(len(state.delta_ids), -1)] + [np.full(len(op.ids), j) for j, op
+                                                      in enumerate(ops) if op.kind == "add"]
+    dels = [op.ids for op in ops if op.kind == "delete"]
+    del_seq = [np.full(len(op.ids), j) for j, op in enumerate(ops) if op.kind == "delete"]
+    a_ids = np.concatenate([a[0] for a in adds]).astype(np.int64, copy=False)
+    a_words = np.concatenate([a[1] for a in adds]) if len(adds) > 1 else state.delta_words
+    d_ids = np.concatenate(dels).astype(np.int64, copy=False) if dels else _EMPTY_IDS
+    n_add = len(a_ids)
+    ev_id = np.concatenate([a_ids, d_ids])
+    ev_seq = np.concatenate(add_seq + del_seq) if len(ev_id) else _EMPTY_IDS
+    order = np.lexsort((ev_seq, ev_id))
+    ev_id, is_add = ev_id[order], order < n_add
+    same_next = np.zeros(len(order), dtype=bool)
+    same_next[:-1] = ev_id[1:] == ev_id[:-1]
+    if (check or replace_live) and n_add:
+        # an add must follow a delete of the same id, or be its id's first event with the id
+        # not live in the main index
+        prev_add = np.zeros(len(order), dtype=bool)
+        prev_add[1:] = same_next[:-1] & is_add[:-1]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = ~same_next[:-1]
+        main_live = state.in_main(ev_id) & ~np.isin(ev_id, state.tombstones)
+        bad = is_add & (prev_add | (first & main_live))
+        if bad.any() and not replace_live:
+            raise ValueError(f"id {int(ev_id[bad][0])} is added while it is live")
+        replaced = ev_id[bad & main_live]  # the main copy of a replaced id is dead
+    last = is_add & ~same_next  # an add that no later event of its id undoes
+    rows = np.sort(order[last])
+    tomb = state.tombstones
+    if replace_live and n_add and len(replaced):
+        tomb = np.union1d(tomb, replaced)
+    if len(d_ids):
+        hit = d_ids[state.in_main(d_ids)]
+        if len(hit):
+            tomb = np.union1d(tomb, hit)
+    return state.with_delta(a_ids[rows], a_words[rows], tomb,
+                            id_high=int(a_ids.max()) if n_add else -1)
+
+
+def _expand_upsert(op: Op) -> list[Op]:
+    """An upsert is a delete of its ids (a no-op for ids not live) followed by their add."""
+    if op.kind != "upsert":
+        return [op]
+    return [Op("delete", op.ids), Op("add", op.ids, op.words)]
+
+
+def apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState:
+    """:func:`apply_ops` of one op already validated against ``state`` (adds of ids that are
+    not live, deletes of live ids, any upsert): O(delta) with no sort."""
+    ids, words, tomb = state.delta_ids, state.delta_words, state.tombstones
+    if op.kind in ("delete", "upsert"):
+        keep = ~np.isin(ids, op.ids)
+        ids, words = ids[keep], words[keep]
+        hit = op.ids[state.in_main(op.ids)]
+        tomb = np.union1d(tomb, hit) if len(hit) else tomb
+    if op.kind in ("add", "upsert"):
+        ids, words = np.concatenate([ids, op.ids]), np.concatenate([words, op.words])
+    return state.with_delta(ids, words, tomb, version)  # id_high: the delta holds op.ids
+
+
+def base_state(main, bits: int, version: int, id_high: int = -1) -> LiveState:
+    """The state of a freshly built or loaded ``main`` index: no delta, no tombstones."""
+    ids = sort_ids(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
+    return LiveState(bits, main, ids, None, _EMPTY_IDS,
+                     np.empty((0, n_words(bits)), dtype=np.uint64), _EMPTY_IDS, version, id_high)
+
+
+def bucket_sizes(main) -> np.ndarray:
+    """Items per distinct full code of the main table (its buckets in single mode)."""
+    if not main.ntotal:
+        return np.empty(0, dtype=np.int64)
+    table = getattr(main, "table", None)
+    if table is not None:
+        return np.asarray(table.bucket_sizes())
+    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
+    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
+    return np.diff(np.concatenate([[0], change, [len(words)]]))
