@@ -86,6 +86,16 @@ def join_pairs(ids, words, bits, radius):
     return sorted(out)
 
 
+def cross_pairs(ids_l, words_l, ids_r, words_r, bits, radius):
+    """Every pair of one left and one right item within ``radius`` as ``(min id, max id, d)``,
+    sorted: all ``n_l x n_r`` distances from unpacked bits."""
+    if len(ids_l) == 0 or len(ids_r) == 0:
+        return []
+    dist = hamming_matrix(words_l, words_r, bits)
+    return sorted((min(int(ids_l[i]), int(ids_r[j])), max(int(ids_l[i]), int(ids_r[j])),
+                   int(dist[i, j])) for i, j in zip(*np.nonzero(dist <= radius)))
+
+
 def block_table_pairs(words, bits, radius, masks, t):
     """Pairs of rows ``(x, y, d)``, ``x < y``, that block table ``t`` emits: within ``radius``,
     equal on ``masks[t]``, and on no earlier table's mask (bits compared one by one)."""

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import naive
-from bucketsearch.index import join
+from bucketsearch.index import crossjoin, join
 from bucketsearch.index import join_kernels as jk
 from bucketsearch.index.codes import n_words, word_widths
 from bucketsearch.index.factory import make_index
@@ -236,6 +236,52 @@ def test_min_id_resumes_after_a_chunk(bits, radius, n, kind, seed, data):
     resumed = list(index.pairs(radius, chunk_size=4, min_id=chunks[cut].last_a + 1))
     assert collect(chunks[:cut + 1]) + collect(resumed) == collect(chunks)
     assert all(ch.a.min() >= chunks[cut].last_a + 1 for ch in resumed)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bits=st.sampled_from(BITS), radius=st.integers(0, 8), n=st.integers(0, 70),
+       kind=kinds, seed=st.integers(0, 2**31), chunk=st.integers(1, 40),
+       batch=st.integers(1, 30), live=st.booleans())
+def test_cross_pairs_equal_brute_force(bits, radius, n, kind, seed, chunk, batch, live):
+    """The cross join of two disjoint sets (shards: ids interleaved) equals the twin, each
+    pair once in (a, b) order with the chunk contract, and the self-joins of both sides plus
+    their cross join are the self-join of the union. One side may be a live state (deletes, a
+    pending delta)."""
+    radius = min(radius, bits)
+    rng = np.random.default_rng(seed)
+    words = codes(seed, n, bits, kind)
+    ids = rng.permutation(4 * n + 1)[:n].astype(np.int64)
+    side = rng.random(n) < rng.random()
+    left = _scan(bits, words[side], ids[side])
+    if live:
+        left = _live_state(bits, "single", words[side], ids[side], rng)
+    right = _scan(bits, words[~side], ids[~side])
+    l_ids, l_words = join.live_items(left)[1:]
+    chunks = list(crossjoin.cross_pairs(left, right, radius, chunk_size=chunk, batch=batch,
+                                        memory_pairs=max(1, chunk // 2)))
+    got = collect(chunks)
+    assert got == naive.cross_pairs(l_ids, l_words, ids[~side], words[~side], bits, radius)
+    check_chunks(chunks, chunk)
+    union = _scan(bits, np.concatenate([l_words, words[~side]]),
+                  np.concatenate([l_ids, ids[~side]]))
+    assert sorted(got + collect(join.pairs(left, radius)) + collect(join.pairs(right, radius))) \
+        == collect(join.pairs(union, radius))
+
+
+def test_cross_pairs_refuse_shared_ids_and_other_bits():
+    a = _scan(64, codes(0, 5, 64, "uniform"), np.arange(5))
+    with pytest.raises(ValueError, match="right: id 3 is on both sides"):
+        list(crossjoin.cross_pairs(a, _scan(64, codes(1, 3, 64, "uniform"), np.arange(3, 6)), 2))
+    with pytest.raises(ValueError, match="right: 32-bit codes, left has 64"):
+        list(crossjoin.cross_pairs(a, _scan(32, codes(1, 3, 32, "uniform"), np.arange(9, 12)),
+                                   2))
+    with pytest.raises(ValueError, match="batch must be an int >= 1, got 0"):
+        list(crossjoin.cross_pairs(a, a, 2, batch=0))
+    stats = join.JoinStats()
+    stats.cancel()
+    with pytest.raises(join.JoinCancelled):
+        list(crossjoin.cross_pairs(a, _scan(64, codes(1, 3, 64, "uniform"), np.arange(9, 12)),
+                                   2, stats=stats))
 
 
 def test_spilled_runs_merge_in_order(tmp_path):

@@ -1,0 +1,111 @@
+"""Cross join: every pair of one item of one set and one item of another within Hamming radius R,
+exactly once, streamed in (a, b) order like :func:`index.join.pairs` (the join of two shards of
+one index: ``app/shardjobs.py``).
+
+A module of its own because it indexes one side with an engine (:func:`index.factory.
+make_index`), and the engines' base imports :mod:`index.join` (``IndexBase.pairs``): in
+:mod:`index.join` it would close an import cycle. It shares the self-join's sorted runs and
+chunking (:class:`index.join._SortedRuns`, :func:`index.join._chunked`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import numpy as np
+
+from bucketsearch.index.factory import make_index
+from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinStats,
+                                     PairChunk, _check_positive, _check_radius, _chunked,
+                                     _SortedRuns, live_items)
+
+#: queries per range search of a cross join (bounds the answers held at once)
+CROSS_BATCH = 4_096
+
+
+def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                stats: JoinStats | None = None, memory_pairs: int = DEFAULT_MEMORY_PAIRS,
+                spill_dir=None, batch: int = CROSS_BATCH) -> Iterator[PairChunk]:
+    """Every pair of one live item of ``left`` and one of ``right`` within ``radius``, once, as
+    :class:`PairChunk` s with ``a < b`` (ids, whichever side each comes from), ordered by (a, b)
+    with the chunk contract of :func:`pairs`. The two sides must have the same bits and no id in
+    common (the join of two shards of one index); pairs within one side are not reported.
+
+    Algorithm: the larger side is indexed (an :class:`~index.planner.AutoIndex`: single table,
+    multi-index or scan by the planner's cost, exact), the smaller side's codes are its range
+    queries, ``batch`` at a time; the pairs go to sorted runs (:class:`_SortedRuns`, spilled past
+    ``memory_pairs``) keyed by the rows of both sides' ids merged, so they come out ordered.
+    ``stats``: ``progress`` is the fraction of queries done, ``candidates`` the pairs found;
+    the phases ``tables`` (building the index), ``verify`` (the searches), ``emit``."""
+    bits, ids_l, words_l = live_items(left)
+    bits_r, ids_r, words_r = live_items(right)
+    if bits_r != bits:
+        raise ValueError(f"right: {bits_r}-bit codes, left has {bits}")
+    R = _check_radius(radius, bits)
+    chunk_size = _check_positive("chunk_size", chunk_size)
+    memory_pairs = _check_positive("memory_pairs", memory_pairs)
+    batch = _check_positive("batch", batch)
+    common = np.intersect1d(ids_l, ids_r)
+    if len(common):
+        raise ValueError(f"right: id {int(common[0])} is on both sides (a cross join needs "
+                         "disjoint ids)")
+    stats = stats if stats is not None else JoinStats()
+    return _cross(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs,
+                  spill_dir, batch)
+
+
+def _cross(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs, spill_dir,
+           batch):
+    stats.items, stats.radius = len(ids_l) + len(ids_r), R
+    stats.algorithm, stats.params = "cross", {"batch": batch}
+    stats.started = time.monotonic()
+    ids = np.concatenate([ids_l, ids_r])
+    order = np.argsort(ids, kind="stable")
+    rank = np.empty(len(ids), dtype=np.int64)
+    rank[order] = np.arange(len(ids), dtype=np.int64)
+    rows_l, rows_r = rank[:len(ids_l)], rank[len(ids_l):]
+    ids = ids[order]
+    if len(ids_l) > len(ids_r):  # index the larger side, query with the smaller
+        words_l, words_r, rows_l, rows_r = words_r, words_l, rows_r, rows_l
+    try:
+        blocks = _cross_blocks(words_l, rows_l, words_r, rows_r, bits, R, stats, memory_pairs,
+                               spill_dir, chunk_size, batch)
+        yield from _chunked(blocks, chunk_size, ids, stats)
+    finally:
+        stats.finished = time.monotonic()
+
+
+def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs, spill_dir,
+                  chunk_size, batch):
+    sink = _SortedRuns(len(rows_q) + len(rows_t), R, memory_pairs, spill_dir, stats)
+    try:
+        if len(rows_q) and len(rows_t):
+            t0 = time.perf_counter()
+            target = make_index(bits, "auto", max_probes=2**62, calibrate_on_build=False)
+            target.add(words_t, rows_t)  # the rows of the merged ids are the target's ids
+            stats._phase("tables", time.perf_counter() - t0)
+            for s in range(0, len(rows_q), batch):
+                stats._check()
+                t0 = time.perf_counter()
+                lims, D, I = target.range_search(words_q[s:s + batch], R)[:3]
+                stats._phase("verify", time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                q = np.repeat(rows_q[s:s + batch], np.diff(lims))
+                I = np.asarray(I, dtype=np.int64)
+                sink.add(np.minimum(q, I), np.maximum(q, I), np.asarray(D, dtype=np.int32))
+                stats._phase("emit", time.perf_counter() - t0)
+                stats.pairs += len(I)
+                stats.candidates = stats.pairs
+                stats.progress = min(s + batch, len(rows_q)) / len(rows_q)
+        stats.progress = 1.0
+        t0 = time.perf_counter()
+        for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
+            stats._phase("emit", time.perf_counter() - t0)
+            yield block
+            t0 = time.perf_counter()
+        stats._phase("emit", time.perf_counter() - t0)
+    finally:
+        sink.close()
+
+
+__all__ = ["CROSS_BATCH", "cross_pairs"]
