@@ -26,7 +26,11 @@ States: ``running`` -> ``completed`` | ``failed`` (``reason``) | ``cancelled``. 
 the reason (its items unreadable, its index deleted); a ``completed`` job whose result file is
 missing or of the wrong size is reported ``failed``. Limits: ``jobs_per_index`` jobs running
 per index (409 beyond), the result file at most ``job_max_result_bytes`` (the job fails past
-it). A sharded index is refused (409): its join over the shards is not implemented.
+it).
+
+A sharded index (``serve --shards N``): every shard copies its items to ``shard-<i>/`` at start
+and the join runs as tasks (each shard, every pair of shards) on the shard actors, each task's
+pairs a whole file once done (the checkpoint), merged into ``pairs.part``: :mod:`app.shardjobs`.
 """
 from __future__ import annotations
 
@@ -44,7 +48,6 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.app.redact import redact
-from bucketsearch.app.registry import require_in_process
 from bucketsearch.index.disk import fsio, store
 
 log = logging.getLogger("bucketsearch.app")
@@ -103,16 +106,19 @@ class Job:
     prediction: dict | None = None
     join: dict | None = None  # the join's figures when it ended: algorithm, phases measured
     # against modeled, counts (index.join.JoinStats.to_dict)
+    shards: dict | None = None  # a sharded index's job: n, partitioning, sizes (app/shardjobs)
     # runtime only
     stats: object = field(default=None, repr=False)
     thread: threading.Thread | None = field(default=None, repr=False)
     stop: str | None = field(default=None, repr=False)  # "cancel" or "shutdown"
     live_pairs: int = field(default=0, repr=False)
     live_min_id: int = field(default=0, repr=False)
+    live_items_done: int = field(default=0, repr=False)  # a sharded job's (app/shardjobs.py)
+    source: object = field(default=None, repr=False)  # the index's live (a sharded job's tasks)
 
     SAVED = ("id", "index", "index_folder", "radius", "output", "bits", "items", "created_at",
              "state", "reason", "started_at", "finished_at", "checkpoint", "result", "resumed",
-             "elapsed_before_s", "prediction", "join")
+             "elapsed_before_s", "prediction", "join", "shards")
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in self.SAVED}
@@ -169,6 +175,7 @@ class JobManager:
                     self._fail(job, f"index {job.index!r} was deleted while the job ran")
                     continue
                 job.resumed += 1
+                job.source = entry.live
                 self._launch(job)
 
     def _check_result(self, job: Job) -> None:
@@ -181,8 +188,8 @@ class JobManager:
     # ------------------------------------------------------------------------- requests
     def start(self, entry, radius: int, output: str) -> Job:
         """Start a job on ``entry``'s current state: its items are copied to the job folder
-        (the state it reads), then the join runs in a thread."""
-        require_in_process(entry, "jobs")
+        (the state it reads), then the join runs in a thread (a sharded index: every shard's
+        items, copied by the shard actors, :mod:`app.shardjobs`)."""
         if self.settings.read_only:
             raise PermissionError("the server is read-only: jobs run on the writer")
         if output not in OUTPUTS:
@@ -203,14 +210,20 @@ class JobManager:
                       entry.bits, 0, time.time())
             self.jobs[job.id] = job  # holds the slot while the items are written
         try:
-            ids, words = entry.live.state.items()  # one consistent state
-            order = np.argsort(ids, kind="stable")
-            job.items = len(ids)
             self.root.mkdir(parents=True, exist_ok=True)
             fsio.mkdir(self.folder(job))
-            store.save_arrays(self.folder(job) / "items", "job-items",
-                              {"bits": entry.bits, "index": entry.name},
-                              {"ids": ids[order], "words": words[order]})
+            job.source = entry.live
+            if getattr(entry.live, "sharded", False):
+                from bucketsearch.app import shardjobs
+                job.shards = shardjobs.snapshot(entry.live, self.folder(job))
+                job.items = sum(job.shards["sizes"])
+            else:
+                ids, words = entry.live.state.items()  # one consistent state
+                order = np.argsort(ids, kind="stable")
+                job.items = len(ids)
+                store.save_arrays(self.folder(job) / "items", "job-items",
+                                  {"bits": entry.bits, "index": entry.name},
+                                  {"ids": ids[order], "words": words[order]})
             self._save(job)
             fsio.fsync_path(self.root)
         except BaseException:
@@ -289,7 +302,10 @@ class JobManager:
             job.stats = JoinStats()
             if job.stop is not None:  # cancelled or shut down before the thread ran
                 job.stats.cancel()
-            if job.checkpoint.get("min_id") is None:  # every pair written before a restart
+            if job.shards is not None:
+                from bucketsearch.app import shardjobs
+                ids = shardjobs.run(self, job, job.source)
+            elif job.checkpoint.get("min_id") is None:  # every pair written before a restart
                 ids = np.asarray(self._items(job).ids)
             else:
                 ids = self._join(job)
@@ -321,7 +337,8 @@ class JobManager:
     def _remove_partial(self, job: Job) -> None:
         for name in ("pairs.part", "result.part"):
             (self.folder(job) / name).unlink(missing_ok=True)
-        shutil.rmtree(self.folder(job) / "spill", ignore_errors=True)
+        for name in ("spill", "tasks"):
+            shutil.rmtree(self.folder(job) / name, ignore_errors=True)
 
     def _items(self, job: Job):
         """The job's items (CRC-checked): an engine over them for the join."""
@@ -424,6 +441,8 @@ class JobManager:
         min_id = job.live_min_id if running else job.checkpoint.get("min_id")
         if state == "completed" or min_id is None:
             done = job.items
+        elif job.shards is not None:  # the fraction of the tasks' work done, of the items
+            done = job.live_items_done if running else job.checkpoint.get("items_done", 0)
         else:
             done = self._items_below(job, min_id)
         return {"id": job.id, "index": job.index, "radius": job.radius, "output": job.output,

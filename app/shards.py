@@ -726,6 +726,15 @@ class ShardedLive:
             words = [np.asarray(w) for _, w in parts]
         return np.concatenate(ids), np.concatenate(words).reshape(-1, n_words(self.bits))
 
+    def job_snapshot(self, folder) -> list[int]:
+        """A near-duplicate job's state (app/shardjobs.py): every shard writes its live items to
+        ``folder/shard-<i>``, under the write lock, so no write falls between two shards'
+        copies (one state of the whole index). Returns each shard's item count."""
+        with self._write_lock:
+            self._settle()
+            return _get([a.job_snapshot.remote(str(Path(folder) / f"shard-{i}"))
+                         for i, a in enumerate(self.actors)], "job snapshot")
+
     def merge(self) -> bool:
         out = any(_get([a.merge.remote() for a in self.actors], "merge"))
         self.refresh()

@@ -85,6 +85,8 @@ class ShardServer:
                               background_merge=not replica)
         self.opened_s = time.perf_counter() - t
         self.folder, self._plan = folder, None
+        from bucketsearch.app.shardjobs import ShardTasks
+        self._tasks = ShardTasks()  # near-duplicate job tasks running here (app/shardjobs.py)
         self.pid = os.getpid()
         self.follow_error = None
         if replica:
@@ -195,6 +197,23 @@ class ShardServer:
 
     def items(self):
         return self.live.state.items()
+
+    # --------------------------------------------------------- near-duplicate jobs (shardjobs)
+    @_portable
+    def job_snapshot(self, folder: str) -> int:
+        from bucketsearch.app.shardjobs import snapshot_shard
+        return snapshot_shard(self.live, folder)
+
+    @_portable
+    def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int) -> dict:
+        """One task of a sharded job (:meth:`app.shardjobs.ShardTasks.run`)."""
+        return self._tasks.run(job_id, job_dir, task, max_bytes)
+
+    def job_cancel(self, job_id: str) -> int:
+        return self._tasks.cancel(job_id)
+
+    def job_progress(self, job_id: str) -> dict:
+        return self._tasks.progress(job_id)
 
     def summary(self) -> dict:
         from bucketsearch.index.storage.state import bucket_sizes

@@ -3,6 +3,8 @@
 
 * ``bucketsearch_server_factory``: real servers (uvicorn in a subprocess), ready once
   ``/readyz`` answers 200, killed after. In-process apps: ``with helpers.app_client(dir):``.
+* ``ray_local``: a local Ray (``num_cpus=2``) for a test module's shard actors
+  (``app/shards.py``), started once per module unless one runs already, shut down after.
 
 ``HYPOTHESIS_MAX_EXAMPLES=N`` caps every hypothesis test at N examples (``make
 coverage-kernels`` runs the kernels as plain Python, ``NUMBA_DISABLE_JIT=1``, where the
@@ -39,6 +41,17 @@ def bucketsearch_server_factory(tmp_path):
     yield make
     for server in servers:
         server.kill()
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    if started:
+        ray.shutdown()
 
 
 def pytest_collection_modifyitems(config, items):

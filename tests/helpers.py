@@ -210,3 +210,33 @@ def add_codes(client, name: str, ids, words: np.ndarray, bits: int) -> dict:
                     json={"ids": [int(i) for i in ids], "codes": to_hex(words, bits)})
     assert r.status_code == 200, r.text
     return r.json()
+
+class ShardedServer(ServerProcess):
+    """``bucketsearch serve --shards 2`` (the CLI, a real process with its own local Ray)."""
+
+    def argv(self):
+        return [*super().argv(), "--shards", "2"]
+
+
+def ray_processes(pid: int) -> dict[int, str]:
+    """``{pid: command}`` of the running processes below ``pid`` (Ray's, for a server)."""
+    from bucketsearch.app.raysession import alive, descendants
+    out = {}
+    for p in descendants(pid):
+        try:
+            cmd = (Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
+                   .decode(errors="replace"))
+        except OSError:
+            continue
+        if alive(p):
+            out[p] = cmd
+    return out
+
+
+def kill_left(procs: dict[int, str]) -> dict[int, str]:
+    """SIGKILL those of ``procs`` still running; returns them."""
+    from bucketsearch.app.raysession import alive
+    left = {p: cmd for p, cmd in procs.items() if alive(p)}
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left

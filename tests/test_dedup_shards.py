@@ -17,16 +17,6 @@ pytestmark = pytest.mark.timeout(600)
 BITS, RADIUS = 16, 2
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    if started:
-        ray.shutdown()
-
-
 def clustered(rng, n):
     centers = rng.integers(0, 2, size=(4, BITS), dtype=np.uint8)
     rows = centers[rng.integers(0, 4, size=n)].copy()

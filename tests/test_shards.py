@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -23,22 +20,14 @@ from bucketsearch.app import partitioning, shardwrites
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import LiveIndex
-from helpers import ServerProcess, add_codes, create_index, make_app
+from helpers import ShardedServer, add_codes, create_index, make_app
+from helpers import kill_left as _kill_left
+from helpers import ray_processes as _ray_processes
 
 ray = pytest.importorskip("ray")
 shards = pytest.importorskip("bucketsearch.app.shards")
 
 BITS = 16  # small codes: every radius finds items, k-NN meets ties
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -289,13 +278,6 @@ def test_replicas_converge_within_their_lag(ray_local, tmp_path):
         live.close()
 
 
-class ShardedServer(ServerProcess):
-    """``bucketsearch serve --shards 2`` (the CLI, a real process with its own local Ray)."""
-
-    def argv(self):
-        return [*super().argv(), "--shards", "2"]
-
-
 def test_serve_shards_end_to_end(tmp_path):
     """create (both partitionings) / add / search / get / delete over HTTP against the CLI
     with --shards 2; the OpenAPI equals an unsharded server's; a shard's stats detail shows."""
@@ -366,21 +348,6 @@ def test_serve_shards_end_to_end(tmp_path):
     _ = httpx  # the client library the helpers use
 
 
-def _ray_processes(pid: int) -> dict[int, str]:
-    """``{pid: command}`` of the running processes below ``pid`` (Ray's, for a server)."""
-    from bucketsearch.app.raysession import alive, descendants
-    out = {}
-    for p in descendants(pid):
-        try:
-            cmd = (Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
-                   .decode(errors="replace"))
-        except OSError:
-            continue
-        if alive(p):
-            out[p] = cmd
-    return out
-
-
 def _exact(c, name: str, written: dict, queries: np.ndarray, radius: int) -> None:
     """The server's radius search equals brute force over every code written, in
     (distance, id) order."""
@@ -440,15 +407,6 @@ def test_a_sharded_server_restarted_on_its_data_serves(tmp_path):
         left = _ray_processes(server.pid) if server.proc and server.proc.poll() is None else {}
         server.stop()
         _kill_left(left)
-
-
-def _kill_left(procs: dict[int, str]) -> dict[int, str]:
-    """SIGKILL those of ``procs`` still running; returns them."""
-    from bucketsearch.app.raysession import alive
-    left = {p: cmd for p, cmd in procs.items() if alive(p)}
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    return left
 
 
 def test_a_down_shard_answers_503_with_a_truthful_retry_after(ray_local, tmp_path):

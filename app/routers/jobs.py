@@ -39,7 +39,8 @@ def start_job(body: JobIn, request: Request, registry: RegistryDep) -> dict:
     """Start a job on an index: every pair of its live items within ``radius``, their
     clusters, or the keep-list, over the index's state at this moment (its items are copied to
     the job first; writes go on). Runs in the background: poll ``GET /v1/jobs/{id}``. 409 when
-    the index has ``jobs_per_index`` jobs running, or is sharded (not supported)."""
+    the index has ``jobs_per_index`` jobs running. A sharded index joins each shard and every
+    pair of shards on the shard actors."""
     jobs = jobs_of(request)
     job = jobs.start(registry.get(body.index), body.radius, body.output)
     return jobs.info(job)
