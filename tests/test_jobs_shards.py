@@ -12,17 +12,21 @@ local Ray, both partitionings, main + pending delta + deletes.
 from __future__ import annotations
 
 import json
+import os
 import time
 from types import SimpleNamespace
 
 import naive
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from helpers import ShardedServer, add_codes, app_settings, create_index, kill_left, ray_processes
 
 from bucketsearch.app import shardjobs
 from bucketsearch.app.jobs import RECORDS, JobManager
 from bucketsearch.index.codes import pack_bits
+from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import LiveIndex
 
 ray = pytest.importorskip("ray")
@@ -76,6 +80,35 @@ def wait(job, timeout=300):
     if job.thread is not None:
         job.thread.join(30)
     return job
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture])
+@given(pairs=st.sets(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=120),
+       files=st.integers(1, 5), rows=st.integers(1, 7), seed=st.integers(0, 2**31))
+def test_merge_of_task_files_equals_a_sort(tmp_path_factory, pairs, files, rows, seed):
+    """Pair files (each ordered by (a, b), no pair in two) merged by blocks of ``rows`` records:
+    the records of all of them sorted by (a, b) (the twin: one sort)."""
+    folder = tmp_path_factory.mktemp("merge")
+    rng = np.random.default_rng(seed)
+    recs = np.array([(a, b, (a * 7 + b) % 5) for a, b in pairs],
+                    dtype=RECORDS["pairs"]) if pairs else np.empty(0, RECORDS["pairs"])
+    owner = rng.integers(0, files, size=len(recs))
+    paths = []
+    for f in range(files):
+        part = recs[owner == f]
+        part = part[np.lexsort((part["b"], part["a"]))]
+        paths.append(folder / f"t{f}.bin")
+        part.tofile(paths[-1])
+    out = folder / "out.bin"
+    fd = fsio.open_fd(out, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    try:
+        count, written = shardjobs.merge_pair_files(paths, fd, out, rows=rows)
+    finally:
+        fsio.close(fd)
+    got = np.fromfile(out, dtype=RECORDS["pairs"])
+    assert (count, written) == (len(recs), recs.nbytes)
+    assert got.tolist() == recs[np.lexsort((recs["b"], recs["a"]))].tolist()
 
 
 @pytest.fixture(scope="module", params=shards.PARTITIONINGS)
