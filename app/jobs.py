@@ -11,7 +11,11 @@ with. Files, under ``<data_dir>/jobs/<id>/``:
 * ``job.json``: the spec and the status, replaced atomically (``fsio.replace_file``);
 * ``items/``: the items the job reads;
 * ``pairs.part``: the pairs found so far, records ``<i8 a | <i8 b | <i4 d`` (20 bytes) ordered by
-  (a, b); valid up to ``checkpoint.bytes``. The join's chunks never split the pairs of one
+  (a, b); valid up to ``checkpoint.bytes``. Before the first pair is written (the ``probe`` and
+  ``blocks`` joins search every table first), the checkpoint is the pair search's position
+  ``checkpoint.search`` (every :data:`SEARCH_CHECKPOINT_S`: the tables done, the sorted runs made
+  durable in ``spill/``, :func:`index.join.pairs` ``on_checkpoint``); a resumed job continues
+  the search from there instead of from zero. The join's chunks never split the pairs of one
   ``a``, so after a chunk ending at ``a = A`` is written and fsynced, the checkpoint
   ``{"min_id": A + 1, "bytes", "pairs"}`` is saved; a resumed job truncates the file there and
   runs the join from ``min_id`` (pairs with ``a >= min_id``);
@@ -63,6 +67,9 @@ MEDIA_TYPES = {"ndjson": "application/x-ndjson", "csv": "text/csv",
                "parquet": "application/vnd.apache.parquet"}
 #: seconds between two checkpoints of a running job (each fsyncs the pairs file and job.json)
 CHECKPOINT_S = 1.0
+#: seconds between two checkpoints of the pair search, before the first pair is written (each
+#: spills and fsyncs the sorted runs found so far)
+SEARCH_CHECKPOINT_S = 10.0
 #: pairs per chunk of the join (a checkpoint falls between two chunks)
 CHUNK_SIZE = 65_536
 #: records per block of a streamed download
@@ -366,8 +373,16 @@ class JobManager:
             last_save = time.monotonic()
             spill = self.folder(job) / "spill"
             spill.mkdir(exist_ok=True)
+            # no pair written yet: the pair search's position, if one was saved
+            resume = ck.get("search") if offset == 0 and min_id == 0 else None
+
+            def searched(position: dict) -> None:  # the runs are durable: save the position
+                job.checkpoint = {"min_id": 0, "bytes": 0, "pairs": 0, "search": position}
+                self._save(job)
+
             for chunk in pairs(index, job.radius, min_id=min_id, stats=job.stats,
-                               spill_dir=spill, chunk_size=CHUNK_SIZE):
+                               spill_dir=spill, chunk_size=CHUNK_SIZE, resume=resume,
+                               on_checkpoint=searched, checkpoint_s=SEARCH_CHECKPOINT_S):
                 if not len(chunk):
                     continue
                 out = np.empty(len(chunk), dtype=rec)

@@ -293,7 +293,7 @@ def run(manager, job, live) -> np.ndarray:
     :class:`~index.join.JoinCancelled` on a cancel or shutdown (the finished tasks stay:
     the checkpoint), :class:`app.jobs.JobFailed` on a limit or a task that keeps failing."""
     from bucketsearch.app.jobs import JobFailed
-    from bucketsearch.index.join import JoinCancelled
+    from bucketsearch.index.join import clock
     folder = manager.folder(job)
     spec = job.shards
     ids = item_ids(folder, spec)
@@ -316,7 +316,7 @@ def run(manager, job, live) -> np.ndarray:
         raise JobFailed(f"the result passes job_max_result_bytes={cap:,} "
                         "(BUCKETSEARCH_JOB_MAX_RESULT_BYTES): use a smaller radius or raise "
                         "the limit")
-    t0 = time.perf_counter()
+    t0 = clock()
     path = folder / "pairs.part"
     fd = fsio.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
@@ -325,7 +325,7 @@ def run(manager, job, live) -> np.ndarray:
         fsio.fsync_fd(fd, path)
     finally:
         fsio.close(fd)
-    stats._phase("merge", time.perf_counter() - t0)
+    stats._phase("merge", t0)
     job.checkpoint = {"min_id": None, "bytes": written, "pairs": count,
                       "tasks_done": len(done), "tasks": len(tasks)}
     job.live_pairs = count

@@ -25,6 +25,11 @@ exact one is the baseline.
     python bench/bench_join.py                                # quick: 1M and 100k
     python bench/bench_join.py --n 10000000 --n256 1000000    # the acceptance figures
     python bench/bench_join.py --only memory --n 1000000      # many pairs: spilled runs, RSS
+    python bench/bench_join.py --no-faiss [--wall-calibration]  # the cost model only
+
+``--wall-calibration`` runs the cost model as it was before it was put in CPU time: the
+constants timed in wall-clock seconds (``time.perf_counter``) and no slowdown factor, to compare
+the two calibrations' predicted / measured ratios over several processes.
 """
 from __future__ import annotations
 
@@ -110,8 +115,13 @@ def run_ours(words, bits, radius):
             np.add.at(counts, ch.b, 1)
         join_s = time.perf_counter() - t
     plan_s = stats.phases.get("plan", {}).get("measured_s", 0.0)
+    work = [ph for name, ph in stats.phases.items() if name != "plan"]
     return {"seconds": join_s, "seconds_without_plan": join_s - plan_s, "pairs": n_pairs,
             "predict_s": predict_s, "predicted_s": pred.seconds,
+            # the model in CPU seconds of the joining thread against the phases' CPU time
+            "predicted_cpu_s": pred.cpu_seconds, "slowdown": pred.slowdown,
+            "measured_cpu_s": sum(ph["measured_cpu_s"] for ph in work),
+            "measured_phases_s": sum(ph["measured_s"] for ph in work),
             "prediction": pred.to_dict(), "stats": stats.to_dict(),
             "rss_growth_mb": mem.growth / 2**20, "rss_before_mb": mem.base / 2**20}, counts
 
@@ -195,9 +205,20 @@ def cell(n, bits, radius, seed, budget_s, only=None):
           f"{ours['seconds_without_plan']:.2f} s (ratio "
           f"{ours['seconds_without_plan'] / ours['predicted_s']:.2f}); RSS growth "
           f"{ours['rss_growth_mb']:.0f} MB", flush=True)
+    print(f"    CPU time of the joining thread: predicted {ours['predicted_cpu_s']:.2f} s, "
+          f"measured {ours['measured_cpu_s']:.2f} s (ratio "
+          f"{ours['measured_cpu_s'] / ours['predicted_cpu_s']:.2f}); slowdown at the prediction "
+          f"{ours['slowdown']:.2f}, during the join (wall / CPU of the phases) "
+          f"{ours['measured_phases_s'] / max(ours['measured_cpu_s'], 1e-9):.2f}", flush=True)
     for name, ph in ours["stats"]["phases"].items():
-        print(f"      phase {name}: measured {ph['measured_s']:.2f} s, modeled "
-              f"{ph['modeled_s'] if ph['modeled_s'] is None else round(ph['modeled_s'], 2)} s")
+        mod = ph["modeled_s"]
+        mod_cpu = ph.get("modeled_cpu_s")
+        print(f"      phase {name}: measured {ph['measured_s']:.2f} s "
+              f"(CPU {ph['measured_cpu_s']:.2f}), modeled "
+              f"{mod if mod is None else round(mod, 2)} s "
+              f"(CPU {mod_cpu if mod_cpu is None else round(mod_cpu, 2)})")
+    if budget_s <= 0:  # --no-faiss
+        return {"n": n, "bits": bits, "radius": radius, "ours": ours}
     fa = run_faiss(words, bits, radius, counts, budget_s, seed, only)
     exact = [r for r in fa if r["exact_on_sample"]]
     best = min(exact, key=lambda r: r["total_s_scaled"]) if exact else None
@@ -245,8 +266,23 @@ def main():
     ap.add_argument("--faiss-only", action="append", default=None, metavar="TEXT",
                     help="only the FAISS indexes whose name contains TEXT (repeatable), e.g. "
                          "the best of an earlier run")
+    ap.add_argument("--no-faiss", action="store_true",
+                    help="ours only (the cost model's predicted against measured)")
     ap.add_argument("--out", default=None, help="write the figures as JSON here")
+    ap.add_argument("--wall-calibration", action="store_true",
+                    help="the earlier cost model: constants in wall-clock seconds, no slowdown")
     args = ap.parse_args()
+    if args.no_faiss:
+        args.faiss_budget = 0.0
+    if args.wall_calibration:  # the constants timed with time.thread_time read as wall time
+        import types
+        join.time = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time)
+                                             if not k.startswith("_")})
+        join.time.thread_time = time.perf_counter
+        for words in (1, 4):  # cached for the process
+            join.join_constants(words)
+        join.time = time
+        join.slowdown = lambda *a, **k: 1.0
     print(f"bench_join: {platform.processor() or platform.machine()}, numpy {np.__version__}, "
           f"faiss {faiss.__version__}, one thread", flush=True)
     cells = []

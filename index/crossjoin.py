@@ -17,7 +17,7 @@ import numpy as np
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinStats,
                                      PairChunk, _check_positive, _check_radius, _chunked,
-                                     _SortedRuns, live_items)
+                                     _SortedRuns, clock, live_items)
 
 #: queries per range search of a cross join (bounds the answers held at once)
 CROSS_BATCH = 4_096
@@ -80,30 +80,30 @@ def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs
     sink = _SortedRuns(len(rows_q) + len(rows_t), R, memory_pairs, spill_dir, stats)
     try:
         if len(rows_q) and len(rows_t):
-            t0 = time.perf_counter()
+            t0 = clock()
             target = make_index(bits, "auto", max_probes=2**62, calibrate_on_build=False)
             target.add(words_t, rows_t)  # the rows of the merged ids are the target's ids
-            stats._phase("tables", time.perf_counter() - t0)
+            stats._phase("tables", t0)
             for s in range(0, len(rows_q), batch):
                 stats._check()
-                t0 = time.perf_counter()
+                t0 = clock()
                 lims, D, I = target.range_search(words_q[s:s + batch], R)[:3]
-                stats._phase("verify", time.perf_counter() - t0)
-                t0 = time.perf_counter()
+                stats._phase("verify", t0)
+                t0 = clock()
                 q = np.repeat(rows_q[s:s + batch], np.diff(lims))
                 I = np.asarray(I, dtype=np.int64)
                 sink.add(np.minimum(q, I), np.maximum(q, I), np.asarray(D, dtype=np.int32))
-                stats._phase("emit", time.perf_counter() - t0)
+                stats._phase("emit", t0)
                 stats.pairs += len(I)
                 stats.candidates = stats.pairs
                 stats.progress = min(s + batch, len(rows_q)) / len(rows_q)
         stats.progress = 1.0
-        t0 = time.perf_counter()
+        t0 = clock()
         for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
-            stats._phase("emit", time.perf_counter() - t0)
+            stats._phase("emit", t0)
             yield block
-            t0 = time.perf_counter()
-        stats._phase("emit", time.perf_counter() - t0)
+            t0 = clock()
+        stats._phase("emit", t0)
     finally:
         sink.close()
 

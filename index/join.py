@@ -34,19 +34,33 @@ Algorithms (:mod:`index.join_kernels`), chosen by predicted cost (:func:`predict
 in memory up to ``memory_pairs``, then spilled to temporary files and merged), so memory is
 bounded whatever the pair count.
 
+Checkpoints of the pair search (``on_checkpoint``): ``probe`` and ``blocks`` emit nothing until
+every table is done, so ``min_id`` cannot resume them. With ``on_checkpoint`` the join makes its
+runs durable (the pairs held spilled, every run fsynced, in ``spill_dir``) after a table
+(``blocks``) or a step of codes (``probe``), at most every ``checkpoint_s``, and hands the
+position (:func:`pairs`: ``resume``) to the callback; ``pairs(..., resume=position)`` over the
+same items continues from there: the runs listed are taken as found, the tables or codes before
+the position are not searched again. The join then leaves its runs for the caller to remove
+(``spill_dir``).
+
 Cost model (:func:`predict_join`): ``scan``: ``c_scan * n(n-1)/2``; ``probe``: ``c_probe *
 probes`` with ``probes = nu * sum_{r<=R} C(Q, r)`` (``nu`` distinct codes); ``blocks``: ``C(b,
 k) * n * (c_table + c_row) + c_candidate * candidates``; all plus ``c_pair * pairs`` (sorting and
 emitting). Candidates and pairs are estimated from a sample of the index's own codes
 (sample pairs scaled by ``n(n-1) / s(s-1)``); the constants are measured once per process on
-this machine (:func:`join_constants`). :class:`JoinStats` reports measured against modeled per
-phase.
+this machine (:func:`join_constants`), in CPU seconds of the calling thread (the kernels run on
+it): on a shared machine a thread's wall time per unit of work varies 2-5x with the load from
+one process to the next, its CPU time by 1.0-1.5x (bench/RESULTS.md section 19). The predicted
+wall time is the CPU time times the machine's slowdown measured just before (:func:`slowdown`:
+wall over CPU time of a short fixed computation). :class:`JoinStats` reports measured against
+modeled per phase, both in wall and in CPU seconds.
 """
 from __future__ import annotations
 
 import heapq
 import itertools
 import math
+import os
 import shutil
 import tempfile
 import threading
@@ -108,7 +122,10 @@ class JoinPrediction:
     distance), ``pairs`` (pairs within R) are expected counts; ``phases`` the predicted seconds
     of each phase (``tables``: building/probing the tables, ``verify``: candidates, ``emit``:
     ordering and emitting the pairs); ``alternatives`` the predicted seconds of every algorithm
-    considered (None: not applicable). ``sample``: items the estimates were read from."""
+    considered (None: not applicable). ``sample``: items the estimates were read from.
+    ``cpu_phases``/``cpu_seconds``: the model's CPU seconds (of the joining thread); ``phases``
+    and ``seconds`` are those times ``slowdown`` (wall over CPU time on this machine when the
+    prediction was made, >= 1)."""
 
     algorithm: str
     params: dict
@@ -122,6 +139,9 @@ class JoinPrediction:
     phases: dict
     alternatives: dict
     sample: int
+    cpu_seconds: float = 0.0
+    cpu_phases: dict = field(default_factory=dict)
+    slowdown: float = 1.0
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -173,10 +193,18 @@ class JoinStats:
         done = min(max(self.progress, 0.0), 1.0)
         return max(self.prediction.seconds * (1.0 - done), 0.0)
 
-    def _phase(self, name: str, seconds: float) -> None:
-        modeled = self.prediction.phases.get(name) if self.prediction else None
-        entry = self.phases.setdefault(name, {"measured_s": 0.0, "modeled_s": modeled})
-        entry["measured_s"] += seconds
+    def _phase(self, name: str, since: tuple[float, float]) -> None:
+        """Add the wall and CPU time since ``since`` (a :func:`clock`) to phase ``name``."""
+        wall, cpu = clock()
+        pred = self.prediction
+        entry = self.phases.get(name)
+        if entry is None:
+            entry = self.phases[name] = {
+                "measured_s": 0.0, "modeled_s": pred.phases.get(name) if pred else None,
+                "measured_cpu_s": 0.0,
+                "modeled_cpu_s": pred.cpu_phases.get(name) if pred else None}
+        entry["measured_s"] += wall - since[0]
+        entry["measured_cpu_s"] += cpu - since[1]
 
     def _check(self) -> None:
         if self._cancel.is_set():
@@ -190,6 +218,11 @@ class JoinStats:
                 "spilled_runs": self.spilled_runs, "elapsed_s": self.elapsed_s,
                 "remaining_s": self.remaining_s(), "phases": self.phases,
                 "prediction": self.prediction.to_dict() if self.prediction else None}
+
+
+def clock() -> tuple[float, float]:
+    """``(wall, CPU of this thread)`` now, in seconds (a phase's start: :meth:`JoinStats._phase`)."""
+    return time.perf_counter(), time.thread_time()
 
 
 # ---------------------------------------------------------------------------------- items
@@ -283,7 +316,7 @@ class _SortedRuns:
     end by blocks read from the files."""
 
     def __init__(self, n: int, R: int, memory_pairs: int, spill_dir=None,
-                 stats: JoinStats | None = None):
+                 stats: JoinStats | None = None, runs=None, keep: bool = False):
         self.row_bits = max(int(n - 1).bit_length(), 1)
         self.d_bits = max(int(R).bit_length(), 1)
         self.packed = 2 * self.row_bits + self.d_bits <= 64
@@ -294,7 +327,11 @@ class _SortedRuns:
         self.stats = stats
         self.parts: list[tuple[np.ndarray, np.ndarray | None]] = []
         self.held = 0
-        self.runs: list[tuple[Path, int]] = []
+        # runs found before a resume (durable), then this join's; ``keep``: close() leaves
+        # them (a join with checkpoints: the caller removes spill_dir)
+        self.runs: list[tuple[Path, int]] = [(Path(r), int(size)) for r, size in runs or []]
+        self._synced = len(self.runs)
+        self.keep = keep
         self._tmp: Path | None = None
 
     def add(self, a, b, d) -> None:
@@ -398,11 +435,53 @@ class _SortedRuns:
                                                  offset=4 * start)
         return key, d
 
+    def durable(self) -> list[list]:
+        """Spill the pairs held, fsync every run not yet synced (files, folders), and return
+        the runs as ``[[path, pairs], ...]`` (a checkpoint's ``runs``)."""
+        if self.parts:
+            self._spill()
+        for run, _ in self.runs[self._synced:]:
+            for file in sorted(run.iterdir()):
+                _fsync(file)
+            _fsync(run)
+        if len(self.runs) > self._synced:
+            _fsync(self.runs[-1][0].parent)
+            self._synced = len(self.runs)
+        return [[str(run), size] for run, size in self.runs]
+
     def close(self) -> None:
         self.parts = []
-        if self._tmp is not None:
+        if self._tmp is not None and not self.keep:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Checkpoints:
+    """The pair search's checkpoints (module docstring): ``after(**position)`` makes the runs
+    durable and calls ``callback(state)`` at most every ``interval_s`` seconds."""
+
+    def __init__(self, callback, interval_s: float, sink: _SortedRuns, stats: JoinStats,
+                 base: dict):
+        self.callback, self.interval_s, self.sink, self.stats = callback, interval_s, sink, stats
+        self.base = base
+        self.last = time.monotonic()
+
+    def after(self, **position) -> None:
+        if self.callback is None or time.monotonic() - self.last < self.interval_s:
+            return
+        runs = self.sink.durable()
+        self.callback({**self.base, **position, "runs": runs, "pairs": int(self.stats.pairs),
+                       "candidates": int(self.stats.candidates),
+                       "probes": int(self.stats.probes)})
+        self.last = time.monotonic()
 
 
 def _chunked(blocks, chunk_size: int, ids: np.ndarray, stats: JoinStats) -> Iterator[PairChunk]:
@@ -472,7 +551,7 @@ def _scan_blocks(words, R, stats: JoinStats, buffer: int):
     i = j = 0
     while i < n:
         stats._check()
-        t0 = time.perf_counter()
+        t0 = clock()
         # rows of about 2^24 comparisons a call, so progress and a cancel are seen
         i_end = min(n, i + max(1, (1 << 24) // max(n - i, 1)))
         i, j, n_out = scan_pairs(words, rows, R, i, j, i_end, *out, tally)
@@ -480,12 +559,13 @@ def _scan_blocks(words, R, stats: JoinStats, buffer: int):
         stats.pairs += n_out
         done = n * (n - 1) / 2 - (n - i) * (n - i - 1) / 2
         stats.progress = done / max(n * (n - 1) / 2, 1)
-        stats._phase("verify", time.perf_counter() - t0)
+        stats._phase("verify", t0)
         yield out[0][:n_out].copy(), out[1][:n_out].copy(), out[2][:n_out].copy()
 
 
-def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int):
-    t0 = time.perf_counter()
+def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int,
+                ck: _Checkpoints | None = None, resume: dict | None = None):
+    t0 = clock()
     n = len(words)
     table = BucketTable.build(bits, words, np.arange(n, dtype=np.int64))
     codes, offsets, rows = table.codes, table.offsets, table.ids
@@ -497,18 +577,18 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
     nu = len(codes)
     per_code = sum(math.comb(bits, r) for r in range(R + 1))
     step = max(1, (1 << 22) // per_code)  # buckets a call: about 2^22 probes
-    stats._phase("tables", time.perf_counter() - t0)
-    u = r = 0
+    stats._phase("tables", t0)
+    u, r = (int(resume["u"]), int(resume["r"])) if resume else (0, 0)
     while u < nu:
         stats._check()
-        t0 = time.perf_counter()
+        t0 = clock()
         u_end = min(nu, u + step)
         u, r, n_out, need = probe_pairs(codes, offsets, rows, *lookup, bits, fw, fm, R, u, r,
                                         u_end, hits, *out, tally)
-        stats._phase("verify", time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        stats._phase("verify", t0)
+        t0 = clock()
         sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
-        stats._phase("emit", time.perf_counter() - t0)
+        stats._phase("emit", t0)
         if need:
             hits = np.empty(2 * need, np.int64)
         elif n_out == 0 and u < u_end:
@@ -516,6 +596,8 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
         stats.probes, stats.candidates = int(tally[T_PROBES]), int(tally[T_CANDIDATES])
         stats.pairs += n_out
         stats.progress = u / max(nu, 1)
+        if ck is not None:
+            ck.after(u=u, r=r)
 
 
 class _BlockTable:
@@ -543,31 +625,34 @@ class _BlockTable:
                            self.top_bits, p, *out, tally)
 
 
-def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, buffer: int):
+def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, buffer: int,
+                 ck: _Checkpoints | None = None, resume: dict | None = None):
     masks = block_masks(bits, *scheme)
     table = _BlockTable(words)
     out = _buffers(buffer)
     tally = np.zeros(3, np.int64)
     n = len(words)
-    for t in range(len(masks)):
+    for t in range(int(resume["tables_done"]) if resume else 0, len(masks)):
         stats._check()
-        t0 = time.perf_counter()
+        t0 = clock()
         longest = table.sort(masks[t])
-        stats._phase("tables", time.perf_counter() - t0)
+        stats._phase("tables", t0)
         if longest > len(out[0]):
             out = _buffers(longest)
         p = 0
         while p < n:
             stats._check()
-            t0 = time.perf_counter()
+            t0 = clock()
             p, n_out = table.pairs(R, t, masks, p, out, tally)
-            stats._phase("verify", time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            stats._phase("verify", t0)
+            t0 = clock()
             sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
-            stats._phase("emit", time.perf_counter() - t0)
+            stats._phase("emit", t0)
             stats.candidates = int(tally[T_CANDIDATES])
             stats.pairs += n_out
         stats.progress = (t + 1) / len(masks)
+        if ck is not None:
+            ck.after(tables_done=t + 1)
 
 
 # ---------------------------------------------------------------------------------- model
@@ -576,9 +661,11 @@ _CONSTANTS_LOCK = threading.Lock()
 
 
 def join_constants(W: int) -> dict:
-    """Seconds per unit of work of each phase for ``W``-word codes, measured once per process
-    on this machine on uniform codes (each the median of three runs: the join runs under the
-    machine's usual load, which a minimum would leave out): ``table_item`` (one item
+    """CPU seconds (of the calling thread) per unit of work of each phase for ``W``-word codes,
+    measured once per process on this machine on uniform codes, each the median of three runs
+    (CPU time, not wall time: under a shared machine's load the wall time of the same
+    calibration varied 2.4-4.6x between processes, its CPU time 1.0-1.5x; bench/RESULTS.md
+    section 19): ``table_item`` (one item
     through one block table's radix sort, at 2^18 and 2^21 items: ``table_item_small`` /
     ``_large``), ``row`` (one sorted row of a table read for its candidates), ``candidate`` (one
     verified candidate), ``scan_pair`` (one pair compared by the scan), ``probe`` (one
@@ -598,20 +685,20 @@ def join_constants(W: int) -> dict:
             _BlockTable(words[:64]).sort(masks[0])  # compiled
             times = []
             for _ in range(3):
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 table.sort(masks[0])
-                times.append(time.perf_counter() - t0)
+                times.append(time.thread_time() - t0)
             out[label] = float(np.median(times)) / n
             if label == "table_item_large":  # rows: whole codes as keys (almost no candidates)
                 mk = block_masks(bits, 1, 1)
                 table.sort(mk[0])
                 times = []
                 for _ in range(3):
-                    t0 = time.perf_counter()
+                    t0 = time.thread_time()
                     p = 0
                     while p < n:
                         p, _ = table.pairs(3, 0, mk, p, buf, tally)
-                    times.append(time.perf_counter() - t0)
+                    times.append(time.thread_time() - t0)
                 out["row"] = float(np.median(times)) / n
                 spent, rows, cands = cand_run
                 out["candidate"] = max(spent - out["row"] * rows, spent / 10) / cands
@@ -625,11 +712,11 @@ def join_constants(W: int) -> dict:
                 times = []
                 for _ in range(3):
                     tally[:] = 0
-                    t0 = time.perf_counter()
+                    t0 = time.thread_time()
                     p = 0
                     while p < tb.n:
                         p, _ = tb.pairs(3, 0, mk, p, big, tally)
-                    times.append(time.perf_counter() - t0)
+                    times.append(time.thread_time() - t0)
                 best = float(np.median(times))
                 # the rows' time is taken off once the row cost is known (at 2^21)
                 cand_run = (best, tb.n, max(int(tally[T_CANDIDATES]), 1))
@@ -638,9 +725,9 @@ def join_constants(W: int) -> dict:
                 sw, si = words[:4096], rows[:4096]
                 scan_pairs(sw[:16], si[:16], 3, 0, 0, 16, *buf, tally)
                 tally[:] = 0
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 scan_pairs(sw, si, 3, 0, 0, len(si), *buf, tally)
-                out["scan_pair"] = (time.perf_counter() - t0) / max(int(tally[T_CANDIDATES]), 1)
+                out["scan_pair"] = (time.thread_time() - t0) / max(int(tally[T_CANDIDATES]), 1)
                 # probes: radius 2 around 2048 distinct codes of a table of 2^18
                 bt = BucketTable.build(bits, words, rows)
                 fw, fm = bit_masks(bits)
@@ -648,22 +735,53 @@ def join_constants(W: int) -> dict:
                 args = (bt.codes, bt.offsets, bt.ids, *bt.lookup_args()[1:], bits, fw, fm)
                 probe_pairs(*args, 1, 0, 0, 16, hits, *buf, tally)
                 tally[:] = 0
-                t0 = time.perf_counter()
+                t0 = time.thread_time()
                 probe_pairs(*args, 2, 0, 0, 2048, hits, *buf, tally)
-                out["probe"] = (time.perf_counter() - t0) / max(int(tally[T_PROBES]), 1)
+                out["probe"] = (time.thread_time() - t0) / max(int(tally[T_PROBES]), 1)
             # pair: one pair packed, sorted, unpacked and cut into chunks (2^20 pairs)
         m = 1 << 20
         pa = np.sort(rng.integers(0, 1 << 23, m))
         pb = pa + rng.integers(1, 1 << 20, m)
         ids = np.arange(1 << 24, dtype=np.int64)
-        sink = _SortedRuns(1 << 24, 8, 1 << 30)
-        t0 = time.perf_counter()
-        sink.add(pb, pa, (pa & 7).astype(np.int32))
-        for _ in _chunked(sink.sorted_blocks(1 << 16), DEFAULT_CHUNK_SIZE, ids, JoinStats()):
-            pass
-        out["pair"] = (time.perf_counter() - t0) / m
+        times = []
+        for _ in range(3):
+            sink = _SortedRuns(1 << 24, 8, 1 << 30)
+            t0 = time.thread_time()
+            sink.add(pb, pa, (pa & 7).astype(np.int32))
+            for _ in _chunked(sink.sorted_blocks(1 << 16), DEFAULT_CHUNK_SIZE, ids,
+                              JoinStats()):
+                pass
+            times.append(time.thread_time() - t0)
+        out["pair"] = float(np.median(times)) / m
         _CONSTANTS[W] = out
         return out
+
+
+_SLOWDOWN: list = [0.0, 1.0]  # (when measured, value)
+
+
+def slowdown(since: tuple[float, float] | None = None, cpu_seconds: float = 0.05) -> float:
+    """How much longer than its CPU time a CPU-bound thread takes on this machine now: wall over
+    CPU time of this thread (>= 1; about 1 on an idle machine) since ``since`` (a :func:`clock`
+    taken before CPU-bound work, e.g. the prediction's sampling), topped up by a fixed
+    computation until the window holds ``cpu_seconds`` of CPU time (at most 20 x
+    ``cpu_seconds`` of wall time). A measurement less than a second old is reused."""
+    now = time.monotonic()
+    if now - _SLOWDOWN[0] < 1.0:
+        return _SLOWDOWN[1]
+    a = np.arange(1 << 15, dtype=np.uint64)
+    b = np.empty_like(a)
+    w0, c0 = since if since is not None else clock()
+    while True:
+        for _ in range(16):
+            np.right_shift(a, 3, out=b)
+            np.bitwise_xor(a, b, out=a)
+        w, c = clock()
+        if c - c0 >= cpu_seconds or w - w0 >= 20 * cpu_seconds:
+            break
+    value = max((w - w0) / max(c - c0, 1e-9), 1.0)
+    _SLOWDOWN[:] = [time.monotonic(), value]
+    return value
 
 
 def _table_item_seconds(c: dict, n: int) -> float:
@@ -736,6 +854,7 @@ def _range_estimate(words, R, masks) -> tuple[float, float]:
 
 
 def _predict(bits, ids, words, R) -> JoinPrediction:
+    start = clock()
     n = len(ids)
     W = n_words(bits)
     c = join_constants(W)
@@ -786,10 +905,13 @@ def _predict(bits, ids, words, R) -> JoinPrediction:
         phases = {"tables": phases["tables"],
                   "verify": c["candidate"] * cands_c + T * n * c["row"], "emit": emit_s}
         alt[choice] = sum(phases.values())
+    f = slowdown(start)  # the model is in CPU seconds; the join's wall time is f times more
     return JoinPrediction(
         algorithm="blocks" if choice.startswith("blocks") else choice, params=params, items=n,
         radius=R, bits=bits, probes=probes_c, candidates=cands_c, pairs=pairs,
-        seconds=alt[choice], phases=phases, alternatives=alt, sample=len(sw))
+        seconds=alt[choice] * f, phases={k: v * f for k, v in phases.items()},
+        alternatives={k: v * f for k, v in alt.items()}, sample=len(sw),
+        cpu_seconds=alt[choice], cpu_phases=phases, slowdown=f)
 
 
 def predict_join(index, radius: int, *, min_id: int | None = None) -> JoinPrediction:
@@ -805,7 +927,8 @@ def predict_join(index, radius: int, *, min_id: int | None = None) -> JoinPredic
 def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: int | None = None,
           stats: JoinStats | None = None, algorithm: str | None = None,
           scheme: tuple[int, int] | None = None, memory_pairs: int = DEFAULT_MEMORY_PAIRS,
-          spill_dir=None, prediction: JoinPrediction | None = None) -> Iterator[PairChunk]:
+          spill_dir=None, prediction: JoinPrediction | None = None, on_checkpoint=None,
+          checkpoint_s: float = 10.0, resume: dict | None = None) -> Iterator[PairChunk]:
     """Every unordered pair of live items within ``radius``, once, as :class:`PairChunk` s
     ordered by (a, b) (module docstring: order, chunks, ``min_id``).
 
@@ -814,7 +937,9 @@ def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: i
     ``"blocks"``) and ``scheme`` (``(b, k)`` of blocks) override the cost model's choice;
     ``memory_pairs`` bounds the pairs held in memory before a sorted run is spilled to
     ``spill_dir`` (a temporary directory by default). ``prediction``: a :func:`predict_join`
-    of the same index, radius and ``min_id`` already made (else the join makes its own)."""
+    of the same index, radius and ``min_id`` already made (else the join makes its own).
+    ``on_checkpoint(position)``, ``checkpoint_s``, ``resume``: the pair search's checkpoints
+    (module docstring; ``spill_dir`` is then required and left for the caller to remove)."""
     bits, ids, words = live_items(index, min_id)
     R = _check_radius(radius, bits)
     chunk_size = _check_positive("chunk_size", chunk_size)
@@ -829,6 +954,11 @@ def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: i
                              f"(R = {R}), got {scheme!r}")
         scheme = (b, k)
         algorithm = algorithm or "blocks"
+    if (on_checkpoint is not None or resume is not None) and spill_dir is None:
+        raise ValueError("spill_dir: the pair search's checkpoints keep their runs there; "
+                         "give a folder")
+    if resume is not None:
+        algorithm, scheme = _check_resume(resume, len(ids), R, bits)
     stats = stats if stats is not None else JoinStats()
     if prediction is not None and (prediction.items, prediction.radius, prediction.bits) != (
             len(ids), R, bits):
@@ -836,19 +966,41 @@ def pairs(index, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, min_id: i
                          f"{prediction.radius}, {prediction.bits} bits; this join has "
                          f"{len(ids)} items, radius {R}, {bits} bits")
     return _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs,
-                  spill_dir, prediction)
+                  spill_dir, prediction, (on_checkpoint, float(checkpoint_s), resume))
+
+
+def _check_resume(resume: dict, n: int, R: int, bits: int) -> tuple[str, tuple | None]:
+    """``(algorithm, scheme)`` of a checkpoint's position, checked against this join."""
+    try:
+        algorithm = resume["algorithm"]
+        same = (int(resume["items"]), int(resume["radius"]), int(resume["bits"])) == (n, R, bits)
+        runs = [(Path(p), int(size)) for p, size in resume["runs"]]
+        scheme = tuple(int(x) for x in resume["scheme"]) if algorithm == "blocks" else None
+        position = int(resume["tables_done"]) if algorithm == "blocks" else \
+            (int(resume["u"]), int(resume["r"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"resume: not a checkpoint of the pair search ({exc!r})") from None
+    if algorithm not in ("blocks", "probe") or not same:
+        raise ValueError(f"resume: a checkpoint of a {algorithm} join of {resume.get('items')} "
+                         f"items, radius {resume.get('radius')}, {resume.get('bits')} bits; "
+                         f"this join has {n} items, radius {R}, {bits} bits")
+    missing = [str(p) for p, _ in runs if not (p / "key.u64").exists()]
+    if missing:
+        raise ValueError(f"resume: sorted run {missing[0]} is missing")
+    del position
+    return algorithm, scheme
 
 
 def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs, spill_dir,
-           prediction):
+           prediction, checkpoints):
     stats.items, stats.radius = len(ids), R
     stats.started = time.monotonic()
-    t0 = time.perf_counter()
+    t0 = clock()
     if prediction is None and len(ids) > 1:
         prediction = _predict(bits, ids, words, R)
     if prediction is not None:
         stats.prediction = prediction
-        stats._phase("plan", time.perf_counter() - t0)
+        stats._phase("plan", t0)
     if algorithm is None:
         algorithm = prediction.algorithm if prediction else "scan"
     if algorithm == "blocks" and scheme is None:
@@ -869,7 +1021,7 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
         blocks = _scan_blocks(words, R, stats, buffer)
     else:
         blocks = _sorted_blocks(words, bits, R, algorithm, scheme, stats, buffer, memory_pairs,
-                                spill_dir, chunk_size)
+                                spill_dir, chunk_size, checkpoints)
     try:
         yield from _chunked(blocks, chunk_size, ids, stats)
     finally:
@@ -878,20 +1030,31 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
 
 
 def _sorted_blocks(words, bits, R, algorithm, scheme, stats, buffer, memory_pairs, spill_dir,
-                   chunk_size):
-    sink = _SortedRuns(len(words), R, memory_pairs, spill_dir, stats)
+                   chunk_size, checkpoints):
+    callback, interval_s, resume = checkpoints
+    sink = _SortedRuns(len(words), R, memory_pairs, spill_dir, stats,
+                       runs=resume["runs"] if resume else None,
+                       keep=callback is not None or resume is not None)
+    ck = _Checkpoints(callback, interval_s, sink, stats,
+                      {"algorithm": algorithm, "items": len(words), "radius": R, "bits": bits,
+                       **({"scheme": list(scheme)} if algorithm == "blocks" else {})})
+    if resume:
+        stats.pairs, stats.candidates = int(resume["pairs"]), int(resume["candidates"])
+        stats.probes = int(resume.get("probes", 0))
+        stats.params = {**stats.params, "resumed_at": {
+            k: resume[k] for k in ("tables_done", "u", "r") if k in resume}}
     try:
         if algorithm == "probe":
-            _probe_into(words, bits, R, sink, stats, buffer)
+            _probe_into(words, bits, R, sink, stats, buffer, ck, resume)
         else:
-            _blocks_into(words, bits, R, scheme, sink, stats, buffer)
+            _blocks_into(words, bits, R, scheme, sink, stats, buffer, ck, resume)
         stats.progress = 1.0
-        t0 = time.perf_counter()
+        t0 = clock()
         for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
-            stats._phase("emit", time.perf_counter() - t0)
+            stats._phase("emit", t0)
             yield block
-            t0 = time.perf_counter()
-        stats._phase("emit", time.perf_counter() - t0)
+            t0 = clock()
+        stats._phase("emit", t0)
     finally:
         sink.close()
 
@@ -964,4 +1127,4 @@ def keep_first(ids, pair_chunks) -> np.ndarray:
 
 __all__ = ["ALGORITHMS", "Components", "JoinCancelled", "JoinPrediction", "JoinStats",
            "PairChunk", "block_masks", "block_schemes", "components", "join_constants",
-           "keep_first", "live_items", "pairs", "predict_join"]
+           "clock", "keep_first", "live_items", "pairs", "predict_join", "slowdown"]

@@ -284,6 +284,62 @@ def test_cross_pairs_refuse_shared_ids_and_other_bits():
                                    2, stats=stats))
 
 
+class Crash(Exception):
+    """A process stopping right after a checkpoint was saved."""
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(bits=st.sampled_from([8, 16, 64, 100]), radius=st.integers(0, 5), n=st.integers(2, 60),
+       kind=kinds, seed=st.integers(0, 2**31), algorithm=st.sampled_from(["probe", "blocks"]),
+       crash_at=st.integers(1, 6), memory=st.integers(1, 30))
+def test_the_pair_search_resumes_from_a_checkpoint(tmp_path_factory, bits, radius, n, kind,
+                                                   seed, algorithm, crash_at, memory):
+    """Stopped right after its ``crash_at``-th checkpoint (runs durable, position handed out),
+    the join resumed from that position finds exactly the pairs, each once, in order; the
+    runs it resumed from are read, not found again (fewer tables searched)."""
+    radius = min(radius, bits - 1)
+    if algorithm == "probe" and bits > 16:
+        radius = min(radius, 2)
+    spill = tmp_path_factory.mktemp("spill")
+    words = codes(seed, n, bits, kind)
+    ids = np.arange(n, dtype=np.int64) * 2 + 1
+    index = _scan(bits, words, ids)
+    saved = []
+
+    def checkpoint(position):
+        saved.append(position)
+        if len(saved) == crash_at:
+            raise Crash
+
+    want = naive.join_pairs(ids, words, bits, radius)
+    try:
+        got = collect(join.pairs(index, radius, algorithm=algorithm, memory_pairs=memory,
+                                 spill_dir=spill, on_checkpoint=checkpoint, checkpoint_s=0))
+    except Crash:
+        stats = join.JoinStats()
+        got = collect(join.pairs(index, radius, memory_pairs=memory, spill_dir=spill,
+                                 resume=saved[-1], stats=stats))
+        assert stats.algorithm == algorithm
+        assert stats.params["resumed_at"] == {k: saved[-1][k] for k in ("tables_done", "u", "r")
+                                              if k in saved[-1]}
+    assert got == want
+
+
+def test_a_resume_that_does_not_fit_is_refused(tmp_path):
+    index = _scan(64, codes(0, 50, 64, "planted"), np.arange(50))
+    saved = []
+    list(join.pairs(index, 3, algorithm="blocks", spill_dir=tmp_path, on_checkpoint=saved.append,
+                    checkpoint_s=0))
+    other = _scan(64, codes(0, 40, 64, "planted"), np.arange(40))
+    with pytest.raises(ValueError, match="resume: a checkpoint of a blocks join of 50 items"):
+        list(join.pairs(other, 3, spill_dir=tmp_path, resume=saved[0]))
+    with pytest.raises(ValueError, match="spill_dir"):
+        list(join.pairs(index, 3, resume=saved[0]))
+    with pytest.raises(ValueError, match="resume: not a checkpoint"):
+        list(join.pairs(index, 3, spill_dir=tmp_path, resume={"algorithm": "blocks"}))
+
+
 def test_spilled_runs_merge_in_order(tmp_path):
     """More pairs than memory_pairs: sorted runs on disk, merged; the files are removed."""
     bits = 16
@@ -342,6 +398,11 @@ def test_stats_report_measured_and_modeled_phases():
     for phase in ("tables", "verify", "emit") if stats.algorithm != "scan" else ("verify",):
         assert stats.phases[phase]["measured_s"] >= 0
         assert stats.phases[phase]["modeled_s"] == pred.phases[phase]
+        assert 0 <= stats.phases[phase]["measured_cpu_s"]
+        assert stats.phases[phase]["modeled_cpu_s"] == pred.cpu_phases[phase]
+    # the model is in CPU seconds; the wall prediction is that times the machine's slowdown
+    assert pred.slowdown >= 1.0 and pred.seconds == pytest.approx(pred.cpu_seconds * pred.slowdown)
+    assert sum(pred.phases.values()) == pytest.approx(pred.seconds)
     assert stats.remaining_s() == 0.0 and stats.progress == 1.0
 
 
