@@ -128,9 +128,10 @@ class ShardTasks:
         self._lock = threading.Lock()
         self._running: dict[str, dict] = {}  # job id -> {task name: JoinStats}
 
-    def run(self, job_id: str, job_dir: str, task: dict, max_bytes: int) -> dict:
-        """Run one task (:class:`Task` as a dict) into its ``.bin`` file (module docstring);
-        returns its figures, or ``{"cancelled": True}``."""
+    def run(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int) -> dict:
+        """Run one task (:class:`Task` as a dict) into its ``.bin`` file (module docstring),
+        at most ``max_bytes`` (what the result cap ``cap`` leaves); returns its figures, or
+        ``{"cancelled": True}``."""
         from bucketsearch.index.crossjoin import cross_pairs
         from bucketsearch.index.join import JoinCancelled, JoinStats, pairs
         t = Task(**task)
@@ -149,7 +150,7 @@ class ShardTasks:
             else:
                 chunks = cross_pairs(left, load_items(job_dir, t.j), t.radius, stats=stats,
                                      spill_dir=spill)
-            count = _write_pairs(part, chunks, t.offset, max_bytes)
+            count = _write_pairs(part, chunks, t.offset, max_bytes, cap)
             fsio.rename(part, final)
             fsio.fsync_path(final.parent)
         except JoinCancelled:
@@ -185,9 +186,10 @@ class ShardTasks:
         return {name: [float(s.progress), int(s.pairs)] for name, s in tasks.items()}
 
 
-def _write_pairs(path: Path, chunks, offset: int, max_bytes: int) -> int:
+def _write_pairs(path: Path, chunks, offset: int, max_bytes: int, cap: int) -> int:
     """The chunks' pairs (distance plus ``offset``) as records in ``path``, fsynced; raises
-    ValueError past ``max_bytes``. Returns the pairs written."""
+    ValueError past ``max_bytes`` (the job's result cap ``cap`` named). Returns the pairs
+    written."""
     fd = fsio.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     pos = count = 0
     try:
@@ -197,7 +199,7 @@ def _write_pairs(path: Path, chunks, offset: int, max_bytes: int) -> int:
             out = np.empty(len(chunk), dtype=_PAIR)
             out["a"], out["b"], out["d"] = chunk.a, chunk.b, chunk.d + offset
             if pos + out.nbytes > max_bytes:
-                raise ValueError(f"the result passes job_max_result_bytes={max_bytes:,} "
+                raise ValueError(f"the result passes job_max_result_bytes={cap:,} "
                                  "(BUCKETSEARCH_JOB_MAX_RESULT_BYTES): use a smaller radius or "
                                  "raise the limit")
             fsio.pwrite_all(fd, out.tobytes(), pos, path)
@@ -387,7 +389,7 @@ def _run_tasks(manager, job, live, tasks, done, total_work, cap) -> dict:
             remaining = cap - sum(d["bytes"] for d in done.values())
             ref = live.actors[a].job_task.remote(job.id, folder, {
                 "i": own.i, "j": own.j, "radius": own.radius, "offset": own.offset,
-                "work": own.work}, max(remaining, 0))
+                "work": own.work}, max(remaining, 0), cap)
             running[ref] = (own, a)
         ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
         for ref in ready:

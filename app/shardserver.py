@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.app.shardjobs import ShardTasks
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import DuplicateIdError
 
@@ -85,7 +86,6 @@ class ShardServer:
                               background_merge=not replica)
         self.opened_s = time.perf_counter() - t
         self.folder, self._plan = folder, None
-        from bucketsearch.app.shardjobs import ShardTasks
         self._tasks = ShardTasks()  # near-duplicate job tasks running here (app/shardjobs.py)
         self.pid = os.getpid()
         self.follow_error = None
@@ -205,9 +205,9 @@ class ShardServer:
         return snapshot_shard(self.live, folder)
 
     @_portable
-    def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int) -> dict:
+    def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int) -> dict:
         """One task of a sharded job (:meth:`app.shardjobs.ShardTasks.run`)."""
-        return self._tasks.run(job_id, job_dir, task, max_bytes)
+        return self._tasks.run(job_id, job_dir, task, max_bytes, cap)
 
     def job_cancel(self, job_id: str) -> int:
         return self._tasks.cancel(job_id)
