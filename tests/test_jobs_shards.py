@@ -243,11 +243,14 @@ def test_a_restart_resumes_from_the_finished_tasks(ray_local, tmp_path):
     while job.state == "running" and job.checkpoint.get("tasks_done", 0) < 1 \
             and time.monotonic() < deadline:
         time.sleep(0.02)
+    progress = first.info(job)  # progress: the finished tasks' work, their pairs
     first.close()  # a shutdown mid-job: job.json says running, the finished tasks stay
     saved = json.loads((first.folder(job) / "job.json").read_text())
     try:
         if saved["state"] != "running":
             pytest.skip("the job finished before the shutdown (machine too fast)")
+        assert progress["state"] == "running" and progress["algorithm"] == "sharded"
+        assert 0 < progress["items_done"] < progress["items"] and progress["pairs"] > 0
         kept = saved["checkpoint"]["tasks_done"]
         assert kept >= 1 and len(list((first.folder(job) / "tasks").glob("*.bin"))) == kept
         assert not first.result_path(job).exists()
