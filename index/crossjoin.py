@@ -2,6 +2,17 @@
 exactly once, streamed in (a, b) order like :func:`index.join.pairs` (the join of two shards of
 one index: ``app/shardjobs.py``).
 
+Two methods (``method="auto"`` picks ``union`` unless one side has more than
+:data:`UNION_RATIO` times the items of the other):
+
+* ``union``: the self-join of both sides together (:func:`index.join.pairs`, its algorithm chosen
+  by its cost model), each pair found kept only when its items are on different sides (filtered
+  before the pairs are sorted or spilled). The pairs within a side are verified but not kept:
+  about the cost of one join of both sides (1M 64-bit codes in two halves, r = 3: 0.5 s against
+  3.3 s for ``search``, bench/RESULTS.md section 19c).
+* ``search``: the larger side indexed (an :class:`~index.planner.AutoIndex`), the smaller side's
+  codes its range queries: a few queries against a large side cost less than its join.
+
 A module of its own because it indexes one side with an engine (:func:`index.factory.
 make_index`), and the engines' base imports :mod:`index.join` (``IndexBase.pairs``): in
 :mod:`index.join` it would close an import cycle. It shares the self-join's sorted runs and
@@ -16,27 +27,32 @@ import numpy as np
 
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinStats,
-                                     PairChunk, _check_positive, _check_radius, _chunked,
+                                     PairChunk, _check_positive, _check_radius, _chunked, _pairs,
                                      _SortedRuns, clock, live_items)
 
 #: queries per range search of a cross join (bounds the answers held at once)
 CROSS_BATCH = 4_096
+#: ``method="auto"``: ``search`` when one side has more than this many times the other's items
+UNION_RATIO = 16
+METHODS = ("auto", "union", "search")
 
 
 def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 stats: JoinStats | None = None, memory_pairs: int = DEFAULT_MEMORY_PAIRS,
-                spill_dir=None, batch: int = CROSS_BATCH) -> Iterator[PairChunk]:
+                spill_dir=None, batch: int = CROSS_BATCH,
+                method: str = "auto") -> Iterator[PairChunk]:
     """Every pair of one live item of ``left`` and one of ``right`` within ``radius``, once, as
     :class:`PairChunk` s with ``a < b`` (ids, whichever side each comes from), ordered by (a, b)
     with the chunk contract of :func:`pairs`. The two sides must have the same bits and no id in
     common (the join of two shards of one index); pairs within one side are not reported.
 
-    Algorithm: the larger side is indexed (an :class:`~index.planner.AutoIndex`: single table,
-    multi-index or scan by the planner's cost, exact), the smaller side's codes are its range
-    queries, ``batch`` at a time; the pairs go to sorted runs (:class:`_SortedRuns`, spilled past
-    ``memory_pairs``) keyed by the rows of both sides' ids merged, so they come out ordered.
-    ``stats``: ``progress`` is the fraction of queries done, ``candidates`` the pairs found;
-    the phases ``tables`` (building the index), ``verify`` (the searches), ``emit``."""
+    ``method``: module docstring. ``search``: the smaller side's codes are range queries,
+    ``batch`` at a time, against an index of the larger side; the pairs go to sorted runs
+    (:class:`_SortedRuns`, spilled past ``memory_pairs``) keyed by the rows of both sides' ids
+    merged, so they come out ordered; ``stats.algorithm`` is ``"cross"``, ``progress`` the
+    fraction of queries done, the phases ``tables`` (building the index), ``verify`` (the
+    searches), ``emit``. ``union``: ``stats`` as the self-join's (``params["cross"]`` is
+    ``"union"``, its prediction that of the union)."""
     bits, ids_l, words_l = live_items(left)
     bits_r, ids_r, words_r = live_items(right)
     if bits_r != bits:
@@ -45,13 +61,34 @@ def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZ
     chunk_size = _check_positive("chunk_size", chunk_size)
     memory_pairs = _check_positive("memory_pairs", memory_pairs)
     batch = _check_positive("batch", batch)
-    common = np.intersect1d(ids_l, ids_r)
-    if len(common):
-        raise ValueError(f"right: id {int(common[0])} is on both sides (a cross join needs "
-                         "disjoint ids)")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if len(ids_r):  # both sorted by id (live_items): a binary search each
+        pos = np.minimum(np.searchsorted(ids_r, ids_l), len(ids_r) - 1)
+        common = ids_l[ids_r[pos] == ids_l]
+        if len(common):
+            raise ValueError(f"right: id {int(common[0])} is on both sides (a cross join needs "
+                             "disjoint ids)")
     stats = stats if stats is not None else JoinStats()
+    small, large = sorted((len(ids_l), len(ids_r)))
+    if method == "union" or (method == "auto" and small * UNION_RATIO >= large):
+        return _union(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs,
+                      spill_dir)
     return _cross(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs,
                   spill_dir, batch)
+
+
+def _union(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs, spill_dir):
+    ids = np.concatenate([ids_l, ids_r])
+    order = np.argsort(ids, kind="stable")
+    side = order >= len(ids_l)  # per row of the merged items: from the right side
+    words = np.ascontiguousarray(np.concatenate([words_l, words_r])[order])
+    chunks = _pairs(bits, ids[order], words, R, chunk_size, stats, None, None, memory_pairs,
+                    spill_dir, None, (None, 0.0, None), side=side)
+    for chunk in chunks:
+        stats.params["cross"] = "union"
+        yield chunk
+    stats.params["cross"] = "union"
 
 
 def _cross(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs, spill_dir,
@@ -108,4 +145,4 @@ def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs
         sink.close()
 
 
-__all__ = ["CROSS_BATCH", "cross_pairs"]
+__all__ = ["CROSS_BATCH", "METHODS", "UNION_RATIO", "cross_pairs"]

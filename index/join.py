@@ -316,7 +316,8 @@ class _SortedRuns:
     end by blocks read from the files."""
 
     def __init__(self, n: int, R: int, memory_pairs: int, spill_dir=None,
-                 stats: JoinStats | None = None, runs=None, keep: bool = False):
+                 stats: JoinStats | None = None, runs=None, keep: bool = False,
+                 side: np.ndarray | None = None):
         self.row_bits = max(int(n - 1).bit_length(), 1)
         self.d_bits = max(int(R).bit_length(), 1)
         self.packed = 2 * self.row_bits + self.d_bits <= 64
@@ -332,11 +333,16 @@ class _SortedRuns:
         self.runs: list[tuple[Path, int]] = [(Path(r), int(size)) for r, size in runs or []]
         self._synced = len(self.runs)
         self.keep = keep
+        self.side = side  # a cross join (index.crossjoin): keep the pairs across sides only
         self._tmp: Path | None = None
 
-    def add(self, a, b, d) -> None:
+    def add(self, a, b, d) -> int:
+        """Hold the pairs of rows ``a < b`` (those across ``side`` only, when given); returns
+        how many were kept."""
+        if self.side is not None:
+            a, b, d = _across(self.side, a, b, d)
         if not len(a):
-            return
+            return 0
         e, p = np.uint64(self.d_bits), np.uint64(self.row_bits)
         key = (a.astype(np.uint64) << (p + e)) | (b.astype(np.uint64) << e)
         if self.packed:
@@ -345,6 +351,7 @@ class _SortedRuns:
         self.held += len(a)
         if self.held >= self.memory_pairs:
             self._spill()
+        return len(a)
 
     def _unpack(self, key, d):
         e, p = np.uint64(self.d_bits), np.uint64(self.row_bits)
@@ -456,6 +463,12 @@ class _SortedRuns:
             self._tmp = None
 
 
+def _across(side: np.ndarray, a, b, d):
+    """The pairs of rows whose two rows are on different sides."""
+    keep = side[a] != side[b]
+    return a[keep], b[keep], d[keep]
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -542,8 +555,9 @@ def _buffers(size: int):
     return np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.int32)
 
 
-def _scan_blocks(words, R, stats: JoinStats, buffer: int):
-    """Pairs of rows by the linear scan, already in order."""
+def _scan_blocks(words, R, stats: JoinStats, buffer: int, side: np.ndarray | None = None):
+    """Pairs of rows by the linear scan, already in order (across ``side`` only, when
+    given)."""
     out = _buffers(buffer)
     rows = np.arange(len(words), dtype=np.int64)
     tally = np.zeros(3, np.int64)
@@ -555,12 +569,15 @@ def _scan_blocks(words, R, stats: JoinStats, buffer: int):
         # rows of about 2^24 comparisons a call, so progress and a cancel are seen
         i_end = min(n, i + max(1, (1 << 24) // max(n - i, 1)))
         i, j, n_out = scan_pairs(words, rows, R, i, j, i_end, *out, tally)
+        found = out[0][:n_out].copy(), out[1][:n_out].copy(), out[2][:n_out].copy()
+        if side is not None:
+            found = _across(side, *found)
         stats.candidates = int(tally[T_CANDIDATES])
-        stats.pairs += n_out
+        stats.pairs += len(found[0])
         done = n * (n - 1) / 2 - (n - i) * (n - i - 1) / 2
         stats.progress = done / max(n * (n - 1) / 2, 1)
         stats._phase("verify", t0)
-        yield out[0][:n_out].copy(), out[1][:n_out].copy(), out[2][:n_out].copy()
+        yield found
 
 
 def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int,
@@ -587,14 +604,14 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
                                         u_end, hits, *out, tally)
         stats._phase("verify", t0)
         t0 = clock()
-        sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
+        kept = sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
         stats._phase("emit", t0)
         if need:
             hits = np.empty(2 * need, np.int64)
         elif n_out == 0 and u < u_end:
             out = _buffers(2 * len(out[0]))  # one step needs more room than the buffers have
         stats.probes, stats.candidates = int(tally[T_PROBES]), int(tally[T_CANDIDATES])
-        stats.pairs += n_out
+        stats.pairs += kept
         stats.progress = u / max(nu, 1)
         if ck is not None:
             ck.after(u=u, r=r)
@@ -646,10 +663,10 @@ def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, bu
             p, n_out = table.pairs(R, t, masks, p, out, tally)
             stats._phase("verify", t0)
             t0 = clock()
-            sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
+            kept = sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
             stats._phase("emit", t0)
             stats.candidates = int(tally[T_CANDIDATES])
-            stats.pairs += n_out
+            stats.pairs += kept
         stats.progress = (t + 1) / len(masks)
         if ck is not None:
             ck.after(tables_done=t + 1)
@@ -992,7 +1009,9 @@ def _check_resume(resume: dict, n: int, R: int, bits: int) -> tuple[str, tuple |
 
 
 def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pairs, spill_dir,
-           prediction, checkpoints):
+           prediction, checkpoints, side=None):
+    """The join (:func:`pairs`, arguments checked); ``side`` (a bool per row): the pairs across
+    the two sides only (:func:`index.crossjoin.cross_pairs`)."""
     stats.items, stats.radius = len(ids), R
     stats.started = time.monotonic()
     t0 = clock()
@@ -1018,10 +1037,10 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
         if algorithm == "blocks" else {}
     buffer = max(KERNEL_BUFFER, min(chunk_size, 1 << 22))
     if algorithm == "scan":
-        blocks = _scan_blocks(words, R, stats, buffer)
+        blocks = _scan_blocks(words, R, stats, buffer, side)
     else:
         blocks = _sorted_blocks(words, bits, R, algorithm, scheme, stats, buffer, memory_pairs,
-                                spill_dir, chunk_size, checkpoints)
+                                spill_dir, chunk_size, checkpoints, side)
     try:
         yield from _chunked(blocks, chunk_size, ids, stats)
     finally:
@@ -1030,11 +1049,11 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
 
 
 def _sorted_blocks(words, bits, R, algorithm, scheme, stats, buffer, memory_pairs, spill_dir,
-                   chunk_size, checkpoints):
+                   chunk_size, checkpoints, side=None):
     callback, interval_s, resume = checkpoints
     sink = _SortedRuns(len(words), R, memory_pairs, spill_dir, stats,
                        runs=resume["runs"] if resume else None,
-                       keep=callback is not None or resume is not None)
+                       keep=callback is not None or resume is not None, side=side)
     ck = _Checkpoints(callback, interval_s, sink, stats,
                       {"algorithm": algorithm, "items": len(words), "radius": R, "bits": bits,
                        **({"scheme": list(scheme)} if algorithm == "blocks" else {})})

@@ -241,8 +241,8 @@ def test_min_id_resumes_after_a_chunk(bits, radius, n, kind, seed, data):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bits=st.sampled_from(BITS), radius=st.integers(0, 8), n=st.integers(0, 70),
        kind=kinds, seed=st.integers(0, 2**31), chunk=st.integers(1, 40),
-       batch=st.integers(1, 30), live=st.booleans())
-def test_cross_pairs_equal_brute_force(bits, radius, n, kind, seed, chunk, batch, live):
+       batch=st.integers(1, 30), live=st.booleans(), method=st.sampled_from(crossjoin.METHODS))
+def test_cross_pairs_equal_brute_force(bits, radius, n, kind, seed, chunk, batch, live, method):
     """The cross join of two disjoint sets (shards: ids interleaved) equals the twin, each
     pair once in (a, b) order with the chunk contract, and the self-joins of both sides plus
     their cross join are the self-join of the union. One side may be a live state (deletes, a
@@ -257,11 +257,14 @@ def test_cross_pairs_equal_brute_force(bits, radius, n, kind, seed, chunk, batch
         left = _live_state(bits, "single", words[side], ids[side], rng)
     right = _scan(bits, words[~side], ids[~side])
     l_ids, l_words = join.live_items(left)[1:]
+    stats = join.JoinStats()
     chunks = list(crossjoin.cross_pairs(left, right, radius, chunk_size=chunk, batch=batch,
-                                        memory_pairs=max(1, chunk // 2)))
+                                        memory_pairs=max(1, chunk // 2), method=method,
+                                        stats=stats))
     got = collect(chunks)
     assert got == naive.cross_pairs(l_ids, l_words, ids[~side], words[~side], bits, radius)
     check_chunks(chunks, chunk)
+    assert stats.pairs == len(got)  # the pairs across the sides only
     union = _scan(bits, np.concatenate([l_words, words[~side]]),
                   np.concatenate([l_ids, ids[~side]]))
     assert sorted(got + collect(join.pairs(left, radius)) + collect(join.pairs(right, radius))) \
@@ -277,11 +280,15 @@ def test_cross_pairs_refuse_shared_ids_and_other_bits():
                                    2))
     with pytest.raises(ValueError, match="batch must be an int >= 1, got 0"):
         list(crossjoin.cross_pairs(a, a, 2, batch=0))
-    stats = join.JoinStats()
-    stats.cancel()
-    with pytest.raises(join.JoinCancelled):
-        list(crossjoin.cross_pairs(a, _scan(64, codes(1, 3, 64, "uniform"), np.arange(9, 12)),
-                                   2, stats=stats))
+    with pytest.raises(ValueError, match="method must be one of auto, union, search, got 'x'"):
+        list(crossjoin.cross_pairs(a, a, 2, method="x"))
+    for method in ("union", "search"):
+        stats = join.JoinStats()
+        stats.cancel()
+        with pytest.raises(join.JoinCancelled):
+            list(crossjoin.cross_pairs(a, _scan(64, codes(1, 3, 64, "uniform"),
+                                                np.arange(9, 12)), 2, stats=stats,
+                                       method=method))
 
 
 class Crash(Exception):
