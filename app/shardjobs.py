@@ -26,12 +26,17 @@ tasks that have no ``.bin`` only. A task cut by a shard restart is run again (at
 files are merged (by blocks: :func:`merge_pair_files`) into ``pairs.part``, fsynced, and the
 checkpoint says ``min_id = None`` (every pair written), as for an unsharded job.
 
-Scheduling: the largest task first (work ``n_i (n_i - 1) / 2`` or ``n_i n_j``, the pairs a
-brute force compares), one task per actor at a time, to an actor holding one of its shards
-when one is free. Progress: the fraction of that work done (finished tasks, and the running
-tasks' own progress, polled); ``items_done`` is the job's items times that fraction (a sharded
-join does not find the pairs in id order). Cancel: the coordinator asks every actor running a
-task of the job to stop it (:meth:`ShardTasks.cancel`).
+Cost model: at the job's first run every task is predicted by an actor (:meth:`ShardTasks.
+predict`: the shard's :func:`index.join.predict_join`, or the union's for a cross join) and
+the predictions kept in the checkpoint; each task runs with its own. The job's prediction
+(:func:`job_prediction`): CPU seconds summed, wall seconds the makespan of the tasks over the
+actors. Scheduling: the largest task first (work: its predicted CPU seconds; without a model
+``n_i (n_i - 1) / 2`` or ``n_i n_j``, the pairs a brute force compares), one task per actor at
+a time, to an actor holding one of its shards when one is free. Progress: the fraction of that
+work done (finished tasks, and the running tasks' own progress, polled); the remaining time is
+the predicted wall time times the fraction left; ``items_done`` is the job's items times the
+fraction done (a sharded join does not find the pairs in id order). Cancel: the coordinator
+asks every actor running a task of the job to stop it (:meth:`ShardTasks.cancel`).
 """
 from __future__ import annotations
 
@@ -40,7 +45,7 @@ import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -128,13 +133,27 @@ class ShardTasks:
         self._lock = threading.Lock()
         self._running: dict[str, dict] = {}  # job id -> {task name: JoinStats}
 
-    def run(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int) -> dict:
-        """Run one task (:class:`Task` as a dict) into its ``.bin`` file (module docstring),
-        at most ``max_bytes`` (what the result cap ``cap`` leaves); returns its figures, or
-        ``{"cancelled": True}``."""
-        from bucketsearch.index.crossjoin import cross_pairs
-        from bucketsearch.index.join import JoinCancelled, JoinStats, pairs
+    def predict(self, job_dir: str, task: dict) -> dict | None:
+        """The cost model's prediction of one task (``JoinPrediction.to_dict``): the shard's
+        self-join, or the cross join by ``union`` (:func:`index.crossjoin.predict_cross`);
+        None when not modeled."""
+        from bucketsearch.index.crossjoin import predict_cross
+        from bucketsearch.index.join import predict_join
         t = Task(**task)
+        left = load_items(job_dir, t.i)
+        pred = predict_join(left, t.radius) if t.i == t.j else \
+            predict_cross(left, load_items(job_dir, t.j), t.radius)
+        return None if pred is None else pred.to_dict()
+
+    def run(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int,
+            prediction: dict | None = None) -> dict:
+        """Run one task (:class:`Task` as a dict) into its ``.bin`` file (module docstring),
+        at most ``max_bytes`` (what the result cap ``cap`` leaves), with its ``prediction``
+        (:meth:`predict`) when made; returns its figures, or ``{"cancelled": True}``."""
+        from bucketsearch.index.crossjoin import cross_pairs
+        from bucketsearch.index.join import JoinCancelled, JoinPrediction, JoinStats, pairs
+        t = Task(**task)
+        pred = None if prediction is None else JoinPrediction(**prediction)
         stats = JoinStats()
         with self._lock:
             self._running.setdefault(job_id, {})[t.name] = stats
@@ -146,10 +165,10 @@ class ShardTasks:
             spill.mkdir(exist_ok=True)
             left = load_items(job_dir, t.i)
             if t.i == t.j:
-                chunks = pairs(left, t.radius, stats=stats, spill_dir=spill)
+                chunks = pairs(left, t.radius, stats=stats, spill_dir=spill, prediction=pred)
             else:
                 chunks = cross_pairs(left, load_items(job_dir, t.j), t.radius, stats=stats,
-                                     spill_dir=spill)
+                                     spill_dir=spill, prediction=pred)
             count = _write_pairs(part, chunks, t.offset, max_bytes, cap)
             fsio.rename(part, final)
             fsio.fsync_path(final.parent)
@@ -310,8 +329,13 @@ def run(manager, job, live) -> np.ndarray:
                     "tasks": len(tasks)}
     cap = manager.settings.job_max_result_bytes
     done = done_tasks(folder, tasks)
+    preds = _predictions(job, live, tasks, folder)
+    if all(preds.get(t.name) for t in tasks):  # the tasks' work: their modeled CPU seconds
+        tasks = [replace(t, work=float(preds[t.name]["cpu_seconds"])) for t in tasks]
+        stats.prediction = job_prediction(job, tasks, preds, live.n)
+        job.prediction = stats.prediction.to_dict()
     total_work = sum(t.work for t in tasks) or 1.0
-    retried = _run_tasks(manager, job, live, tasks, done, total_work, cap)
+    retried = _run_tasks(manager, job, live, tasks, done, total_work, cap, preds)
     stats._check()
     size = sum(d["bytes"] for d in done.values())
     if size > cap:
@@ -341,7 +365,53 @@ def run(manager, job, live) -> np.ndarray:
     return ids
 
 
-def _run_tasks(manager, job, live, tasks, done, total_work, cap) -> dict:
+def _predictions(job, live, tasks: list[Task], folder: Path) -> dict:
+    """Every task's prediction (:meth:`ShardTasks.predict`), made once by the actors at the
+    job's first run and kept in the checkpoint (``predictions``); ``{}`` when a shard is down
+    (the job goes on without a model)."""
+    from bucketsearch.app.shards import ShardUnavailable, _get
+    preds = dict(job.checkpoint.get("predictions") or {})
+    todo = [t for t in tasks if t.name not in preds]
+    if todo:
+        try:
+            made = _get([live.actors[k % live.n].job_predict.remote(str(folder), asdict(t))
+                         for k, t in enumerate(todo)], "job prediction")
+        except ShardUnavailable as exc:
+            log.warning("job %s: no cost prediction (%s)", job.id, exc)
+            return {}
+        preds.update({t.name: p for t, p in zip(todo, made)})
+        job.checkpoint = {**job.checkpoint, "predictions": preds}
+    return preds
+
+
+def job_prediction(job, tasks: list[Task], preds: dict, actors: int):
+    """The job's prediction from its tasks': CPU seconds summed; wall seconds the makespan of
+    the tasks' predicted wall times, largest first, each to the least busy of ``actors`` (the
+    coordinator's schedule); pairs the self-joins' plus each cross join's union minus its two
+    sides' self-joins (a union's prediction counts the pairs within the sides too)."""
+    from bucketsearch.index.join import JoinPrediction
+    load = [0.0] * max(int(actors), 1)
+    for t in sorted(tasks, key=lambda t: -preds[t.name]["seconds"]):
+        k = load.index(min(load))
+        load[k] += preds[t.name]["seconds"]
+    selves = {t.i: preds[t.name]["pairs"] for t in tasks if t.i == t.j}
+    pairs = sum(preds[t.name]["pairs"] if t.i == t.j else
+                max(preds[t.name]["pairs"] - selves.get(t.i, 0) - selves.get(t.j, 0), 0)
+                for t in tasks)
+    cpu = sum(preds[t.name]["cpu_seconds"] for t in tasks)
+    wall = max(load)
+    return JoinPrediction(
+        algorithm="sharded", params={"tasks": {t.name: round(preds[t.name]["seconds"], 6)
+                                               for t in tasks}},
+        items=job.items, radius=job.radius, bits=job.bits,
+        probes=sum(preds[t.name]["probes"] for t in tasks),
+        candidates=sum(preds[t.name]["candidates"] for t in tasks), pairs=float(pairs),
+        seconds=wall, phases={"tasks": wall}, alternatives={}, sample=0, cpu_seconds=cpu,
+        cpu_phases={"tasks": cpu},
+        slowdown=max((preds[t.name]["slowdown"] for t in tasks), default=1.0))
+
+
+def _run_tasks(manager, job, live, tasks, done, total_work, cap, preds) -> dict:
     """Every task not in ``done`` on the shard actors (one at a time each), the checkpoint
     saved as each ends; a cancel stops the running ones and raises JoinCancelled. Returns the
     tasks run again after a shard went away (name: times)."""
@@ -369,12 +439,26 @@ def _run_tasks(manager, job, live, tasks, done, total_work, cap) -> dict:
         job.live_items_done = int(job.items * stats.progress)
 
     def stop_running() -> None:
+        """Stop the job's running tasks; one that finished meanwhile is recorded (its file is
+        whole: a restart would take it anyway)."""
         actors = {a for _, a in running.values()}
         try:
             _get([live.actors[a].job_cancel.remote(job.id) for a in actors], "job cancel")
-            ray.wait(list(running), num_returns=len(running), timeout=30)
+            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=30)
+            for ref in ready:
+                res = _get(ref, "job task")
+                if not res.get("cancelled"):
+                    finished(running[ref][0], res)
         except Exception:  # noqa: BLE001 -- the job stops anyway; the actor's task ends alone
             log.warning("job %s: could not stop every running task", job.id)
+
+    def finished(task: Task, res: dict) -> None:
+        done[task.name] = res
+        live_progress.pop(task.name, None)
+        account()
+        job.checkpoint = {**job.checkpoint, "pairs": job.live_pairs, "tasks_done": len(done),
+                          "tasks": len(tasks), "items_done": job.live_items_done}
+        manager._save(job)
 
     account()
     job.checkpoint = {**job.checkpoint, "tasks_done": len(done), "tasks": len(tasks)}
@@ -389,7 +473,7 @@ def _run_tasks(manager, job, live, tasks, done, total_work, cap) -> dict:
             remaining = cap - sum(d["bytes"] for d in done.values())
             ref = live.actors[a].job_task.remote(job.id, folder, {
                 "i": own.i, "j": own.j, "radius": own.radius, "offset": own.offset,
-                "work": own.work}, max(remaining, 0), cap)
+                "work": own.work}, max(remaining, 0), cap, preds.get(own.name))
             running[ref] = (own, a)
         ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
         for ref in ready:
@@ -418,13 +502,7 @@ def _run_tasks(manager, job, live, tasks, done, total_work, cap) -> dict:
                     continue  # raised at the top of the loop
                 pending.insert(0, task)  # cancelled by someone else (never): run again
                 continue
-            done[task.name] = res
-            live_progress.pop(task.name, None)
-            account()
-            job.checkpoint = {**job.checkpoint, "pairs": job.live_pairs,
-                              "tasks_done": len(done), "tasks": len(tasks),
-                              "items_done": job.live_items_done}
-            manager._save(job)
+            finished(task, res)
         if running and time.monotonic() - last_poll >= 1.0:
             last_poll = time.monotonic()
             try:

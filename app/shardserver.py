@@ -205,9 +205,15 @@ class ShardServer:
         return snapshot_shard(self.live, folder)
 
     @_portable
-    def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int) -> dict:
+    def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int,
+                 prediction: dict | None = None) -> dict:
         """One task of a sharded job (:meth:`app.shardjobs.ShardTasks.run`)."""
-        return self._tasks.run(job_id, job_dir, task, max_bytes, cap)
+        return self._tasks.run(job_id, job_dir, task, max_bytes, cap, prediction)
+
+    @_portable
+    def job_predict(self, job_dir: str, task: dict) -> dict | None:
+        """The cost model's prediction of a task (:meth:`app.shardjobs.ShardTasks.predict`)."""
+        return self._tasks.predict(job_dir, task)
 
     def job_cancel(self, job_id: str) -> int:
         return self._tasks.cancel(job_id)

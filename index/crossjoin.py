@@ -26,9 +26,9 @@ from typing import Iterator
 import numpy as np
 
 from bucketsearch.index.factory import make_index
-from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinStats,
-                                     PairChunk, _check_positive, _check_radius, _chunked, _pairs,
-                                     _SortedRuns, clock, live_items)
+from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinPrediction,
+                                     JoinStats, PairChunk, _check_positive, _check_radius,
+                                     _chunked, _pairs, _predict, _SortedRuns, clock, live_items)
 
 #: queries per range search of a cross join (bounds the answers held at once)
 CROSS_BATCH = 4_096
@@ -39,8 +39,8 @@ METHODS = ("auto", "union", "search")
 
 def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                 stats: JoinStats | None = None, memory_pairs: int = DEFAULT_MEMORY_PAIRS,
-                spill_dir=None, batch: int = CROSS_BATCH,
-                method: str = "auto") -> Iterator[PairChunk]:
+                spill_dir=None, batch: int = CROSS_BATCH, method: str = "auto",
+                prediction: JoinPrediction | None = None) -> Iterator[PairChunk]:
     """Every pair of one live item of ``left`` and one of ``right`` within ``radius``, once, as
     :class:`PairChunk` s with ``a < b`` (ids, whichever side each comes from), ordered by (a, b)
     with the chunk contract of :func:`pairs`. The two sides must have the same bits and no id in
@@ -52,7 +52,8 @@ def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZ
     merged, so they come out ordered; ``stats.algorithm`` is ``"cross"``, ``progress`` the
     fraction of queries done, the phases ``tables`` (building the index), ``verify`` (the
     searches), ``emit``. ``union``: ``stats`` as the self-join's (``params["cross"]`` is
-    ``"union"``, its prediction that of the union)."""
+    ``"union"``, its prediction that of the union: ``prediction``, one :func:`predict_cross`
+    already made)."""
     bits, ids_l, words_l = live_items(left)
     bits_r, ids_r, words_r = live_items(right)
     if bits_r != bits:
@@ -70,21 +71,51 @@ def cross_pairs(left, right, radius: int, *, chunk_size: int = DEFAULT_CHUNK_SIZ
             raise ValueError(f"right: id {int(common[0])} is on both sides (a cross join needs "
                              "disjoint ids)")
     stats = stats if stats is not None else JoinStats()
-    small, large = sorted((len(ids_l), len(ids_r)))
-    if method == "union" or (method == "auto" and small * UNION_RATIO >= large):
+    if _method(method, len(ids_l), len(ids_r)) == "union":
         return _union(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs,
-                      spill_dir)
+                      spill_dir, prediction)
     return _cross(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs,
                   spill_dir, batch)
 
 
-def _union(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs, spill_dir):
+def _method(method: str, n_l: int, n_r: int) -> str:
+    small, large = sorted((n_l, n_r))
+    if method == "union" or (method == "auto" and small * UNION_RATIO >= large):
+        return "union"
+    return "search"
+
+
+def _merged(ids_l, words_l, ids_r, words_r):
+    """Both sides' items ordered by id, and per row whether it is from the right side."""
     ids = np.concatenate([ids_l, ids_r])
     order = np.argsort(ids, kind="stable")
-    side = order >= len(ids_l)  # per row of the merged items: from the right side
     words = np.ascontiguousarray(np.concatenate([words_l, words_r])[order])
-    chunks = _pairs(bits, ids[order], words, R, chunk_size, stats, None, None, memory_pairs,
-                    spill_dir, None, (None, 0.0, None), side=side)
+    return ids[order], words, order >= len(ids_l)
+
+
+def predict_cross(left, right, radius: int, method: str = "auto") -> JoinPrediction | None:
+    """The cost model's prediction of :func:`cross_pairs` by ``union``: the self-join's of both
+    sides together (:func:`index.join.predict_join`; its ``pairs`` count the pairs within the
+    sides too). None for ``search`` (not modeled) or fewer than two items."""
+    bits, ids_l, words_l = live_items(left)
+    _, ids_r, words_r = live_items(right)
+    R = _check_radius(radius, bits)
+    if _method(method, len(ids_l), len(ids_r)) != "union" or len(ids_l) + len(ids_r) < 2:
+        return None
+    ids, words, _ = _merged(ids_l, words_l, ids_r, words_r)
+    return _predict(bits, ids, words, R)
+
+
+def _union(bits, ids_l, words_l, ids_r, words_r, R, chunk_size, stats, memory_pairs, spill_dir,
+           prediction):
+    ids, words, side = _merged(ids_l, words_l, ids_r, words_r)
+    if prediction is not None and (prediction.items, prediction.radius, prediction.bits) != (
+            len(ids), R, bits):
+        raise ValueError(f"prediction: made for {prediction.items} items, radius "
+                         f"{prediction.radius}, {prediction.bits} bits; this cross join has "
+                         f"{len(ids)} items, radius {R}, {bits} bits")
+    chunks = _pairs(bits, ids, words, R, chunk_size, stats, None, None, memory_pairs,
+                    spill_dir, prediction, (None, 0.0, None), side=side)
     for chunk in chunks:
         stats.params["cross"] = "union"
         yield chunk
@@ -145,4 +176,4 @@ def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs
         sink.close()
 
 
-__all__ = ["CROSS_BATCH", "METHODS", "UNION_RATIO", "cross_pairs"]
+__all__ = ["CROSS_BATCH", "METHODS", "UNION_RATIO", "cross_pairs", "predict_cross"]

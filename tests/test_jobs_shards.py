@@ -146,6 +146,12 @@ def test_sharded_jobs_equal_brute_force_and_an_unsharded_index(sharded, tmp_path
             assert sum(t["pairs"] for t in job.join["tasks"]) == len(want["pairs"])
             assert job.join["params"] == {"shards": 2, "partitioning": partitioning,
                                           "tasks": len(tasks)}
+            # the model: every task predicted, the job's wall time their makespan on 2 actors
+            pred = info["prediction"]
+            assert pred["algorithm"] == "sharded" and pred["seconds"] > 0
+            assert set(pred["params"]["tasks"]) == {t.name for t in tasks}
+            assert pred["seconds"] <= sum(pred["params"]["tasks"].values()) + 1e-9
+            assert info["remaining_s"] == 0.0
             # the same job on the unsharded index: the same file
             other = wait(manager.start(entry_of("u", tmp_path / "ref", ref), radius, output))
             assert other.state == "completed"
@@ -215,9 +221,9 @@ def test_a_shard_killed_during_a_task_runs_it_again(ray_local, tmp_path):
     try:
         job = manager.start(entry_of("b", tmp_path / "big", live), 5, "keep")
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-                ray.get([a.job_progress.remote(job.id) for a in live.actors])):
-            time.sleep(0.05)
+        while time.monotonic() < deadline and not ray.get(
+                live.actors[0].job_progress.remote(job.id)):
+            time.sleep(0.02)
         ray.kill(live.actors[0], no_restart=False)  # Ray restarts it; its task is cut
         assert wait(job).state == "completed", job.reason
         assert sum(job.join["retried"].values()) >= 1  # the cut task ran again
@@ -251,6 +257,7 @@ def test_a_restart_resumes_from_the_finished_tasks(ray_local, tmp_path):
             pytest.skip("the job finished before the shutdown (machine too fast)")
         assert progress["state"] == "running" and progress["algorithm"] == "sharded"
         assert 0 < progress["items_done"] < progress["items"] and progress["pairs"] > 0
+        assert 0 < progress["remaining_s"] < progress["prediction"]["seconds"]
         kept = saved["checkpoint"]["tasks_done"]
         assert kept >= 1 and len(list((first.folder(job) / "tasks").glob("*.bin"))) == kept
         assert not first.result_path(job).exists()
