@@ -221,7 +221,8 @@ class JoinStats:
 
 
 def clock() -> tuple[float, float]:
-    """``(wall, CPU of this thread)`` now, in seconds (a phase's start: :meth:`JoinStats._phase`)."""
+    """``(wall, CPU of this thread)`` now, in seconds: a phase's start
+    (:meth:`JoinStats._phase`)."""
     return time.perf_counter(), time.thread_time()
 
 

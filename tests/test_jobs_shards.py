@@ -169,6 +169,8 @@ def test_writes_after_the_start_do_not_reach_the_job(ray_local, tmp_path):
                               max_probes=10**7, merge_threshold=10**6)
     manager = JobManager(app_settings(tmp_path / "data"))
     try:
+        empty = wait(manager.start(entry_of("w", tmp_path / "idx", live), 4, "clusters"))
+        assert empty.state == "completed" and rows(manager, empty) == []  # no items, no task
         fill(live, np.random.default_rng(9))
         want = expected(live, 4)
         job = manager.start(entry_of("w", tmp_path / "idx", live), 4, "pairs")
