@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.app.joberrors import JobConflict, JobFailed, JobNotFound
 from bucketsearch.app.redact import redact
 from bucketsearch.index.disk import fsio, store
 
@@ -76,17 +77,6 @@ CHUNK_SIZE = 65_536
 STREAM_ROWS = 65_536
 _ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
-
-class JobNotFound(LookupError):
-    """No job of that id (404)."""
-
-
-class JobConflict(LookupError):
-    """A job limit or a job in the wrong state for the request (409)."""
-
-
-class JobFailed(RuntimeError):
-    """A job stopped on a limit or a bad input (its reason)."""
 
 
 @dataclass
@@ -351,10 +341,8 @@ class JobManager:
         """The job's items (CRC-checked): an engine over them for the join."""
         from bucketsearch.index.scan import LinearScan
         _, _, arrays = store.load_arrays(self.folder(job) / "items")
-        index = LinearScan(job.bits)
-        index._set_items(np.ascontiguousarray(arrays["words"]),
-                         np.ascontiguousarray(arrays["ids"]))  # saved sorted by id
-        return index
+        return LinearScan.of_items_by_id(job.bits, np.ascontiguousarray(arrays["words"]),
+                                         np.ascontiguousarray(arrays["ids"]))  # sorted by id
 
     def _join(self, job: Job) -> np.ndarray:
         """Phase 1: the pairs, appended to ``pairs.part`` from the checkpoint on; returns the

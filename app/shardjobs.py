@@ -5,9 +5,9 @@ come from it as for an unsharded index (:meth:`app.jobs.JobManager._finish`).
 
 State read. At start the ingress takes its write lock (no sharded write is between two shards'
 copies: one state of the whole index) and every shard actor writes its live items, ids global
-and codes as the shard stores them, to ``<job>/shard-<i>/`` (:func:`snapshot_shard`, CRC-checked
-arrays). Every task reads those copies, so writes go on and a resumed job reads what it started
-with. (A shard's folder is reachable from every actor: the sharded index already assumes it.)
+and codes as the shard stores them, to ``<job>/shard-<i>/``
+(:func:`app.shardtasks.snapshot_shard`, CRC-checked arrays). Every task reads those copies, so
+writes go on and a resumed job reads what it started with. (A shard's folder is reachable from every actor: the sharded index already assumes it.)
 
 Tasks. A task ``(i, j)``, ``i <= j``: ``i == j`` the self-join of shard ``i``
 (:func:`index.join.pairs`), else the cross join of shards ``i`` and ``j``
@@ -42,15 +42,17 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.disk import fsio, store
+from bucketsearch.app.joberrors import JobFailed
+from bucketsearch.app.shards import ShardUnavailable, _get
+from bucketsearch.app.shardtasks import PAIR_RECORD, Task, load_items, task_path
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.join import JoinCancelled, JoinPrediction, clock
 
 log = logging.getLogger("bucketsearch.app")
 
@@ -60,39 +62,6 @@ TASK_ATTEMPTS = 3
 POLL_S = 0.2
 #: records per block of the merge of the task files
 MERGE_ROWS = 1 << 18
-_PAIR = np.dtype([("a", "<i8"), ("b", "<i8"), ("d", "<i4")])  # app.jobs.RECORDS["pairs"]
-
-
-@dataclass(frozen=True)
-class Items:
-    """The items one task side reads (what :func:`index.join.live_items` takes)."""
-
-    bits: int
-    ids: np.ndarray
-    words: np.ndarray
-
-
-@dataclass(frozen=True)
-class Task:
-    """The join of shards ``i <= j`` at ``radius`` (suffix codes), distances plus ``offset``."""
-
-    i: int
-    j: int
-    radius: int
-    offset: int
-    work: float
-
-    @property
-    def name(self) -> str:
-        return f"{self.i}-{self.j}"
-
-
-def shard_folder(job_dir, i: int) -> Path:
-    return Path(job_dir) / f"shard-{i}"
-
-
-def task_path(job_dir, task_name: str, suffix: str = ".bin") -> Path:
-    return Path(job_dir) / "tasks" / f"{task_name}{suffix}"
 
 
 def plan_tasks(spec: dict, radius: int) -> list[Task]:
@@ -109,130 +78,14 @@ def plan_tasks(spec: dict, radius: int) -> list[Task]:
     return tasks
 
 
-# ----------------------------------------------------------------------------- in the actor
-def snapshot_shard(live, folder: str) -> int:
-    """A shard's live items (one state), ordered by id, written to ``folder``; their count."""
-    ids, words = live.state.items()
-    order = np.argsort(ids, kind="stable")
-    store.save_arrays(Path(folder), "job-items", {"bits": live.bits},
-                      {"ids": np.asarray(ids)[order], "words": np.asarray(words)[order]})
-    return int(len(ids))
-
-
-def load_items(job_dir, i: int, verify: bool = True) -> Items:
-    _, meta, arrays = store.load_arrays(shard_folder(job_dir, i), verify=verify)
-    return Items(int(meta["bits"]), np.ascontiguousarray(arrays["ids"]),
-                 np.ascontiguousarray(arrays["words"]))
-
-
-class ShardTasks:
-    """A shard actor's running job tasks (by job id), so that another call can cancel them or
-    read their progress while they run (the actor serves several calls at once)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._running: dict[str, dict] = {}  # job id -> {task name: JoinStats}
-
-    def predict(self, job_dir: str, task: dict) -> dict | None:
-        """The cost model's prediction of one task (``JoinPrediction.to_dict``): the shard's
-        self-join, or the cross join by ``union`` (:func:`index.crossjoin.predict_cross`);
-        None when not modeled."""
-        from bucketsearch.index.crossjoin import predict_cross
-        from bucketsearch.index.join import predict_join
-        t = Task(**task)
-        left = load_items(job_dir, t.i)
-        pred = predict_join(left, t.radius) if t.i == t.j else \
-            predict_cross(left, load_items(job_dir, t.j), t.radius)
-        return None if pred is None else pred.to_dict()
-
-    def run(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int,
-            prediction: dict | None = None) -> dict:
-        """Run one task (:class:`Task` as a dict) into its ``.bin`` file (module docstring),
-        at most ``max_bytes`` (what the result cap ``cap`` leaves), with its ``prediction``
-        (:meth:`predict`) when made; returns its figures, or ``{"cancelled": True}``."""
-        from bucketsearch.index.crossjoin import cross_pairs
-        from bucketsearch.index.join import JoinCancelled, JoinPrediction, JoinStats, pairs
-        t = Task(**task)
-        pred = None if prediction is None else JoinPrediction(**prediction)
-        stats = JoinStats()
-        with self._lock:
-            self._running.setdefault(job_id, {})[t.name] = stats
-        part, final = task_path(job_dir, t.name, ".part"), task_path(job_dir, t.name)
-        spill = task_path(job_dir, t.name, ".spill")
-        t0 = time.perf_counter()
-        try:
-            part.parent.mkdir(parents=True, exist_ok=True)
-            spill.mkdir(exist_ok=True)
-            left = load_items(job_dir, t.i)
-            if t.i == t.j:
-                chunks = pairs(left, t.radius, stats=stats, spill_dir=spill, prediction=pred)
-            else:
-                chunks = cross_pairs(left, load_items(job_dir, t.j), t.radius, stats=stats,
-                                     spill_dir=spill, prediction=pred)
-            count = _write_pairs(part, chunks, t.offset, max_bytes, cap)
-            fsio.rename(part, final)
-            fsio.fsync_path(final.parent)
-        except JoinCancelled:
-            part.unlink(missing_ok=True)
-            return {"cancelled": True}
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        finally:
-            shutil.rmtree(spill, ignore_errors=True)
-            with self._lock:
-                tasks = self._running.get(job_id, {})
-                tasks.pop(t.name, None)
-                if not tasks:
-                    self._running.pop(job_id, None)
-        pred = stats.prediction
-        return {"task": t.name, "pairs": count, "bytes": count * _PAIR.itemsize,
-                "algorithm": stats.algorithm, "seconds": round(time.perf_counter() - t0, 6),
-                "phases": stats.phases, "pid": os.getpid(),
-                "modeled_s": None if pred is None else pred.seconds}
-
-    def cancel(self, job_id: str) -> int:
-        with self._lock:
-            tasks = list(self._running.get(job_id, {}).values())
-        for stats in tasks:
-            stats.cancel()
-        return len(tasks)
-
-    def progress(self, job_id: str) -> dict:
-        """``{task name: [progress, pairs found]}`` of the job's running tasks."""
-        with self._lock:
-            tasks = dict(self._running.get(job_id, {}))
-        return {name: [float(s.progress), int(s.pairs)] for name, s in tasks.items()}
-
-
-def _write_pairs(path: Path, chunks, offset: int, max_bytes: int, cap: int) -> int:
-    """The chunks' pairs (distance plus ``offset``) as records in ``path``, fsynced; raises
-    ValueError past ``max_bytes`` (the job's result cap ``cap`` named). Returns the pairs
-    written."""
-    fd = fsio.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    pos = count = 0
-    try:
-        for chunk in chunks:
-            if not len(chunk):
-                continue
-            out = np.empty(len(chunk), dtype=_PAIR)
-            out["a"], out["b"], out["d"] = chunk.a, chunk.b, chunk.d + offset
-            if pos + out.nbytes > max_bytes:
-                raise ValueError(f"the result passes job_max_result_bytes={cap:,} "
-                                 "(BUCKETSEARCH_JOB_MAX_RESULT_BYTES): use a smaller radius or "
-                                 "raise the limit")
-            fsio.pwrite_all(fd, out.tobytes(), pos, path)
-            pos += out.nbytes
-            count += len(out)
-        fsio.fsync_fd(fd, path)
-    finally:
-        fsio.close(fd)
-    return count
+def _stop_if_cancelled(stats) -> None:
+    if stats.cancelled:
+        raise JoinCancelled("the join was cancelled")
 
 
 # ----------------------------------------------------------------------------- merge
 def _read_block(path: Path, start: int, rows: int) -> np.ndarray:
-    return np.fromfile(path, dtype=_PAIR, count=rows, offset=start * _PAIR.itemsize)
+    return np.fromfile(path, dtype=PAIR_RECORD, count=rows, offset=start * PAIR_RECORD.itemsize)
 
 
 def merge_pair_files(paths: list[Path], out_fd: int, out_path: Path, check=None,
@@ -241,7 +94,7 @@ def merge_pair_files(paths: list[Path], out_fd: int, out_path: Path, check=None,
     by (a, b), by blocks of ``rows`` records a file: the records up to the smallest last (a, b)
     of a file that has more are final; ``check()`` is called between blocks (a cancel).
     Returns ``(records, bytes)`` written."""
-    sizes = [p.stat().st_size // _PAIR.itemsize for p in paths]
+    sizes = [p.stat().st_size // PAIR_RECORD.itemsize for p in paths]
     pos = [0] * len(paths)
     heads = [_read_block(p, 0, rows) for p in paths]
     written = count = 0
@@ -267,7 +120,7 @@ def merge_pair_files(paths: list[Path], out_fd: int, out_path: Path, check=None,
                 pos[k] += cut
                 heads[k] = np.concatenate([head[cut:], _read_block(paths[k], pos[k] + len(head)
                                                                    - cut, cut)])
-        block = np.concatenate(parts) if parts else np.empty(0, _PAIR)
+        block = np.concatenate(parts) if parts else np.empty(0, PAIR_RECORD)
         if not len(block):
             return count, written
         block = block[np.lexsort((block["b"], block["a"]))]
@@ -299,12 +152,12 @@ def done_tasks(job_dir, tasks: list[Task]) -> dict:
         path = task_path(job_dir, t.name)
         if path.exists():
             size = path.stat().st_size
-            if size % _PAIR.itemsize:
+            if size % PAIR_RECORD.itemsize:
                 log.error("job task file %s has %d bytes, not whole records: run again", path,
                           size)
                 fsio.unlink(path)
                 continue
-            out[t.name] = {"task": t.name, "pairs": size // _PAIR.itemsize, "bytes": size}
+            out[t.name] = {"task": t.name, "pairs": size // PAIR_RECORD.itemsize, "bytes": size}
     return out
 
 
@@ -313,8 +166,6 @@ def run(manager, job, live) -> np.ndarray:
     actors, then their files merged into ``pairs.part``; returns the item ids. Raises
     :class:`~index.join.JoinCancelled` on a cancel or shutdown (the finished tasks stay:
     the checkpoint), :class:`app.jobs.JobFailed` on a limit or a task that keeps failing."""
-    from bucketsearch.app.jobs import JobFailed
-    from bucketsearch.index.join import clock
     folder = manager.folder(job)
     spec = job.shards
     ids = item_ids(folder, spec)
@@ -336,7 +187,7 @@ def run(manager, job, live) -> np.ndarray:
         job.prediction = stats.prediction.to_dict()
     total_work = sum(t.work for t in tasks) or 1.0
     retried = _run_tasks(manager, job, live, tasks, done, total_work, cap, preds)
-    stats._check()
+    _stop_if_cancelled(stats)
     size = sum(d["bytes"] for d in done.values())
     if size > cap:
         raise JobFailed(f"the result passes job_max_result_bytes={cap:,} "
@@ -346,12 +197,12 @@ def run(manager, job, live) -> np.ndarray:
     path = folder / "pairs.part"
     fd = fsio.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        count, written = merge_pair_files([task_path(folder, t.name) for t in tasks
-                                           if t.name in done], fd, path, stats._check)
+        files = [task_path(folder, t.name) for t in tasks if t.name in done]
+        count, written = merge_pair_files(files, fd, path, lambda: _stop_if_cancelled(stats))
         fsio.fsync_fd(fd, path)
     finally:
         fsio.close(fd)
-    stats._phase("merge", t0)
+    stats.phase("merge", t0)
     job.checkpoint = {"min_id": None, "bytes": written, "pairs": count,
                       "tasks_done": len(done), "tasks": len(tasks)}
     job.live_pairs = count
@@ -369,7 +220,6 @@ def _predictions(job, live, tasks: list[Task], folder: Path) -> dict:
     """Every task's prediction (:meth:`ShardTasks.predict`), made once by the actors at the
     job's first run and kept in the checkpoint (``predictions``); ``{}`` when a shard is down
     (the job goes on without a model)."""
-    from bucketsearch.app.shards import ShardUnavailable, _get
     preds = dict(job.checkpoint.get("predictions") or {})
     todo = [t for t in tasks if t.name not in preds]
     if todo:
@@ -389,7 +239,6 @@ def job_prediction(job, tasks: list[Task], preds: dict, actors: int):
     the tasks' predicted wall times, largest first, each to the least busy of ``actors`` (the
     coordinator's schedule); pairs the self-joins' plus each cross join's union minus its two
     sides' self-joins (a union's prediction counts the pairs within the sides too)."""
-    from bucketsearch.index.join import JoinPrediction
     load = [0.0] * max(int(actors), 1)
     for t in sorted(tasks, key=lambda t: -preds[t.name]["seconds"]):
         k = load.index(min(load))
@@ -417,9 +266,6 @@ def _run_tasks(manager, job, live, tasks, done, total_work, cap, preds) -> dict:
     tasks run again after a shard went away (name: times)."""
     import ray
 
-    from bucketsearch.app.jobs import JobFailed
-    from bucketsearch.app.shards import ShardUnavailable, _get
-    from bucketsearch.index.join import JoinCancelled
     stats, folder = job.stats, str(manager.folder(job))
     pending = sorted((t for t in tasks if t.name not in done), key=lambda t: -t.work)
     by_name = {t.name: t for t in tasks}

@@ -151,27 +151,27 @@ def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs
             t0 = clock()
             target = make_index(bits, "auto", max_probes=2**62, calibrate_on_build=False)
             target.add(words_t, rows_t)  # the rows of the merged ids are the target's ids
-            stats._phase("tables", t0)
+            stats.phase("tables", t0)
             for s in range(0, len(rows_q), batch):
                 stats._check()
                 t0 = clock()
                 lims, D, I = target.range_search(words_q[s:s + batch], R)[:3]
-                stats._phase("verify", t0)
+                stats.phase("verify", t0)
                 t0 = clock()
                 q = np.repeat(rows_q[s:s + batch], np.diff(lims))
                 I = np.asarray(I, dtype=np.int64)
                 sink.add(np.minimum(q, I), np.maximum(q, I), np.asarray(D, dtype=np.int32))
-                stats._phase("emit", t0)
+                stats.phase("emit", t0)
                 stats.pairs += len(I)
                 stats.candidates = stats.pairs
                 stats.progress = min(s + batch, len(rows_q)) / len(rows_q)
         stats.progress = 1.0
         t0 = clock()
         for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
-            stats._phase("emit", t0)
+            stats.phase("emit", t0)
             yield block
             t0 = clock()
-        stats._phase("emit", t0)
+        stats.phase("emit", t0)
     finally:
         sink.close()
 

@@ -193,7 +193,7 @@ class JoinStats:
         done = min(max(self.progress, 0.0), 1.0)
         return max(self.prediction.seconds * (1.0 - done), 0.0)
 
-    def _phase(self, name: str, since: tuple[float, float]) -> None:
+    def phase(self, name: str, since: tuple[float, float]) -> None:
         """Add the wall and CPU time since ``since`` (a :func:`clock`) to phase ``name``."""
         wall, cpu = clock()
         pred = self.prediction
@@ -222,7 +222,7 @@ class JoinStats:
 
 def clock() -> tuple[float, float]:
     """``(wall, CPU of this thread)`` now, in seconds: a phase's start
-    (:meth:`JoinStats._phase`)."""
+    (:meth:`JoinStats.phase`)."""
     return time.perf_counter(), time.thread_time()
 
 
@@ -577,7 +577,7 @@ def _scan_blocks(words, R, stats: JoinStats, buffer: int, side: np.ndarray | Non
         stats.pairs += len(found[0])
         done = n * (n - 1) / 2 - (n - i) * (n - i - 1) / 2
         stats.progress = done / max(n * (n - 1) / 2, 1)
-        stats._phase("verify", t0)
+        stats.phase("verify", t0)
         yield found
 
 
@@ -595,7 +595,7 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
     nu = len(codes)
     per_code = sum(math.comb(bits, r) for r in range(R + 1))
     step = max(1, (1 << 22) // per_code)  # buckets a call: about 2^22 probes
-    stats._phase("tables", t0)
+    stats.phase("tables", t0)
     u, r = (int(resume["u"]), int(resume["r"])) if resume else (0, 0)
     while u < nu:
         stats._check()
@@ -603,10 +603,10 @@ def _probe_into(words, bits, R, sink: _SortedRuns, stats: JoinStats, buffer: int
         u_end = min(nu, u + step)
         u, r, n_out, need = probe_pairs(codes, offsets, rows, *lookup, bits, fw, fm, R, u, r,
                                         u_end, hits, *out, tally)
-        stats._phase("verify", t0)
+        stats.phase("verify", t0)
         t0 = clock()
         kept = sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
-        stats._phase("emit", t0)
+        stats.phase("emit", t0)
         if need:
             hits = np.empty(2 * need, np.int64)
         elif n_out == 0 and u < u_end:
@@ -654,7 +654,7 @@ def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, bu
         stats._check()
         t0 = clock()
         longest = table.sort(masks[t])
-        stats._phase("tables", t0)
+        stats.phase("tables", t0)
         if longest > len(out[0]):
             out = _buffers(longest)
         p = 0
@@ -662,10 +662,10 @@ def _blocks_into(words, bits, R, scheme, sink: _SortedRuns, stats: JoinStats, bu
             stats._check()
             t0 = clock()
             p, n_out = table.pairs(R, t, masks, p, out, tally)
-            stats._phase("verify", t0)
+            stats.phase("verify", t0)
             t0 = clock()
             kept = sink.add(out[0][:n_out], out[1][:n_out], out[2][:n_out])
-            stats._phase("emit", t0)
+            stats.phase("emit", t0)
             stats.candidates = int(tally[T_CANDIDATES])
             stats.pairs += kept
         stats.progress = (t + 1) / len(masks)
@@ -1020,7 +1020,7 @@ def _pairs(bits, ids, words, R, chunk_size, stats, algorithm, scheme, memory_pai
         prediction = _predict(bits, ids, words, R)
     if prediction is not None:
         stats.prediction = prediction
-        stats._phase("plan", t0)
+        stats.phase("plan", t0)
     if algorithm is None:
         algorithm = prediction.algorithm if prediction else "scan"
     if algorithm == "blocks" and scheme is None:
@@ -1071,10 +1071,10 @@ def _sorted_blocks(words, bits, R, algorithm, scheme, stats, buffer, memory_pair
         stats.progress = 1.0
         t0 = clock()
         for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
-            stats._phase("emit", t0)
+            stats.phase("emit", t0)
             yield block
             t0 = clock()
-        stats._phase("emit", t0)
+        stats.phase("emit", t0)
     finally:
         sink.close()
 

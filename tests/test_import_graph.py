@@ -203,11 +203,7 @@ def private_reads(source: str, private: set[str]) -> list[str]:
 
 
 #: private reads that remain, each with its reason; the test fails when one disappears too
-KNOWN_PRIVATE_READS = {
-    # jobs.py is reworked in parallel (sharded jobs): it should build its engine with the
-    # public LinearScan.of_items_by_id once that work lands
-    "app/jobs.py": ["index._set_items"],
-}
+KNOWN_PRIVATE_READS: dict[str, list[str]] = {}
 
 
 def test_no_app_file_reads_a_private_name_of_index():

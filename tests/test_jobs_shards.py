@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers import ShardedServer, add_codes, app_settings, create_index, kill_left, ray_processes
 
-from bucketsearch.app import shardjobs
+from bucketsearch.app import shardjobs, shardtasks
 from bucketsearch.app.jobs import RECORDS, JobManager
 from bucketsearch.index.codes import pack_bits
-from bucketsearch.index.storage import fsio
+from bucketsearch.index.disk import fsio
 from bucketsearch.index.storage.live import LiveIndex
 
 ray = pytest.importorskip("ray")
@@ -203,7 +203,7 @@ def test_cancel_and_the_result_cap(ray_local, tmp_path):
         assert wait(job).state == "cancelled"
         assert not manager.result_path(job).exists()
         assert not (manager.folder(job) / "tasks").exists()
-        assert shardjobs.ShardTasks().progress(job.id) == {}
+        assert shardtasks.ShardTasks().progress(job.id) == {}
         # nothing of the job runs in the actors any more
         assert all(p == {} for p in ray.get([a.job_progress.remote(job.id)
                                              for a in live.actors]))
