@@ -9,9 +9,8 @@ the demo's clustered codes) and, ``--queries`` times, writes one byte in every c
 statistics and keeps the kernel's ``lookup_ns``. Variants, interleaved query by query:
 
 * ``cold``: as above;
-* ``entry warm`` (new engine only): the query's slot entry read from Python after the flush,
-  so the rest of the path (code, buffers) stays cold: what the table's loads cost is the
-  difference;
+* ``slot warm`` (new engine only): the query's home slot read from Python after the flush,
+  so the rest of the path (the item, code, buffers) stays cold;
 * ``warm``: no flush;
 * ``old cold``: with ``--base DIR``, the engine of another checkout (``bench/oldtree.py``) on
   the same codes and queries.
@@ -55,15 +54,14 @@ def main():
         index.add(xb)
     new = engines["new"]
     words = new.words
-    mult, shift = int(HASH_MULTIPLIER), int(new.table.table_shift)
-    entries = new._bound.entries
+    mult, slots = int(HASH_MULTIPLIER), new.table.slots
     flush = np.zeros((args.flush_mib << 20) // 64, dtype=(np.uint8, 64))
 
-    def entry_warm(q):
-        s = ((q * mult) % 2**64) >> shift
-        return int(entries[s, 0]) + int(entries[s, 1])
+    def slot_warm(q):  # the query's home slot (index.item_table.home_and_fingerprint)
+        s = ((((q * mult) % 2**64) >> 32) * len(slots)) >> 32
+        return int(slots[s])
 
-    variants = {"cold": ("new", True, None), "entry warm": ("new", True, entry_warm),
+    variants = {"cold": ("new", True, None), "slot warm": ("new", True, slot_warm),
                 "warm": ("new", False, None)}
     if "old" in engines:
         variants["old cold"] = ("old", True, None)

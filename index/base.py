@@ -6,6 +6,7 @@ it imports no engine.
 """
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -449,6 +450,23 @@ def run_resumable_chunked(kernel, xq: np.ndarray, width: int, with_stats: bool, 
     return lims, D, I, st, reached
 
 
+#: Builds of at least this many items give the heap's free pages back (:func:`trim_heap`).
+TRIM_MIN_ITEMS = 1 << 20
+
+
+def trim_heap(n_items: int) -> None:
+    """After a build of ``n_items`` >= :data:`TRIM_MIN_ITEMS`: return the C heap's free pages
+    to the system (glibc ``malloc_trim(0)``; elsewhere nothing). A build's temporaries below
+    glibc's mmap threshold are freed into the heap, which keeps them resident: about 1 byte per
+    item at 10M (bench/RESULTS.md section 20), counted by no ``memory_bytes``."""
+    if n_items < TRIM_MIN_ITEMS:
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class IndexBase:
     """What every index shares: ids, codes, validation, add/remove, the result layouts.
 
@@ -542,12 +560,14 @@ class IndexBase:
             self._rebuild_sorted(words, ids)
         else:
             self._rebuild(words, ids)
+        trim_heap(len(ids))
 
     def add(self, codes, ids=None) -> None:
         """Add codes (any format of :func:`bucketsearch.index.codes.as_words`) with optional unique
         ids."""
         words = as_words(codes, self.bits)
         self._rebuild(*self._merge_ids(words, ids))
+        trim_heap(self.ntotal)
 
     def remove(self, ids) -> int:
         """Remove items by id; unknown ids are ignored. Returns the number removed."""
@@ -555,6 +575,7 @@ class IndexBase:
         removed = int((~keep).sum())
         if removed:
             self._rebuild(self.words[keep], self.ids[keep])
+            trim_heap(self.ntotal)
         return removed
 
     def range_search(self, queries, max_distance: int, stats: bool = False,

@@ -58,7 +58,8 @@ import threading
 
 import numpy as np
 
-from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
+from bucketsearch.index._jit import (clz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
+                                    popcount64)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                                      check_max_results, raise_if_over, raise_if_reached,
                                      run_chunked, run_resumable_chunked, stats_from_chunks)
@@ -67,10 +68,10 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
 from bucketsearch.index.mih_knn import _mih_knn_kernel
-from bucketsearch.index.probe import _probe_radius_word
+from bucketsearch.index.probe import next_prefix
 from bucketsearch.index.radix import id_keys, increasing, sort_pairs, sort_rows
 from bucketsearch.index.table import (HASH_MULTIPLIER, BucketTable, filter_word_mask,
-                                      position_dtype, sort_items)
+                                      find_bucket_word, position_dtype, sort_items)
 
 MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
@@ -85,6 +86,41 @@ TABLE_ARRAYS = ("codes", "offsets", "ids", "slots", "bitmap")
 CLOCK_GROUP = 32
 #: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
 SMALL_SORT = 32
+
+
+@njit
+def _probe_substring_radius(q, r, bits, codes, slots, bitmap, table_shift, filter_shift, direct,
+                            hits):
+    """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in a substring
+    :class:`~index.table.BucketTable`: ``(probes, nonempty)``, the non-empty buckets' numbers
+    in ``hits`` while it has room (the count goes on). The r-bit masks: a prefix of r - 1 bits
+    (:func:`index.probe.next_prefix`) and a last bit above its highest one."""
+    if r == 0:
+        b = find_bucket_word(q, codes, slots, bitmap, table_shift, filter_shift, direct)
+        if b >= 0 and len(hits) > 0:
+            hits[0] = b
+        return 1, 1 if b >= 0 else 0
+    probes = 0
+    nonempty = 0
+    one = np.uint64(1)
+    prefix = (one << np.uint64(r - 1)) - one
+    while True:
+        base = q ^ prefix
+        low = 64 - int(clz64(prefix))  # first position above the prefix
+        bit = one << np.uint64(low)
+        for _ in range(low, bits):
+            probes += 1
+            b = find_bucket_word(base ^ bit, codes, slots, bitmap, table_shift, filter_shift,
+                                 direct)
+            if b >= 0:
+                if nonempty < len(hits):
+                    hits[nonempty] = b
+                nonempty += 1
+            bit <<= one
+        prefix = next_prefix(prefix, bits)
+        if prefix == 0:
+            break
+    return probes, nonempty
 
 
 class MIHProbeLimitError(ProbeLimitError):
@@ -220,7 +256,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
     nearest within ``max_radius``) otherwise.
 
     Radius step ``R`` probes substring table ``j = R mod m`` at substring radius ``floor(R/m)``
-    (:func:`index.probe._probe_radius_word`) and verifies the items of the non-empty buckets
+    (:func:`_probe_substring_radius`) and verifies the items of the non-empty buckets
     (the items already stamped by this query are skipped). Range search runs steps
     ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R`` (or
     all items seen, or ``max_radius`` done); a k-NN step over the probe budget verifies every
@@ -291,7 +327,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                     tslots = slots[slot_base[j]:slot_base[j + 1]]
                     tbitmap = bitmap[bitmap_base[j]:bitmap_base[j + 1]]
                     while True:
-                        probes, nonempty = _probe_radius_word(
+                        probes, nonempty = _probe_substring_radius(
                             qsubs[qi, j], r, widths[j], tcodes, tslots, tbitmap,
                             table_shift[j], filter_shift[j], direct[j], hits)
                         if nonempty <= len(hits):

@@ -48,7 +48,8 @@ from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.table import BucketTable, sort_items
+from bucketsearch.index.item_table import ItemTable
+from bucketsearch.index.table import sort_items
 
 PLAN_MODES = ("single", "mih", "scan")
 DEFAULT_CALIBRATION_QUERIES = 64
@@ -311,7 +312,7 @@ class AutoIndex(IndexBase):
         rng = np.random.default_rng(self.seed)
         data, scale = _sample_rows(self.mih.words, PROFILE_SAMPLE, rng)
         self.items_d = _distance_histograms(xq, data, self.bits).mean(axis=0) * scale
-        codes, scale = _sample_rows(self.single.table.codes, PROFILE_SAMPLE, rng)
+        codes, scale = _sample_rows(self.single.table.distinct_words(), PROFILE_SAMPLE, rng)
         self.codes_d = _distance_histograms(xq, codes, self.bits).mean(axis=0) * scale
         qsubs = self.mih.substring_codes(xq)
         dsubs = self.mih.substring_codes(data)
@@ -549,13 +550,14 @@ class AutoIndex(IndexBase):
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> tuple[dict, dict]:
         mih_meta, mih_arrays = self.mih.snapshot()
-        meta = {"mih": mih_meta, "direct": self.single.table.direct,
+        meta = {"mih": mih_meta, "single_table": self.single.table.meta(),
                 "max_probes": self.max_probes, "calibration_queries": self.calibration_queries,
                 "calibrate_on_build": self.calibrate_on_build, "seed": self.seed}
-        # the single table's ids are the multi-index's (one array): stored once, as mih_ids
+        # the single table's words and ids are the multi-index's (one array each): stored once,
+        # as mih_words and mih_ids
         arrays = {**{f"mih_{k}": v for k, v in mih_arrays.items()},
-                  **{f"single_{k}": v for k, v in self.single.table.arrays().items()
-                     if k != "ids"}}
+                  "single_slots": self.single.table.slots,
+                  "single_bitmap": self.single.table.bitmap}
         return meta, arrays
 
     @classmethod
@@ -567,9 +569,13 @@ class AutoIndex(IndexBase):
                     calibrate_on_build=meta["calibrate_on_build"], seed=meta["seed"])
         index.mih = MultiIndex.from_snapshot(
             bits, meta["mih"], {k[4:]: v for k, v in arrays.items() if k.startswith("mih_")})
-        single = {k[7:]: v for k, v in arrays.items() if k.startswith("single_")}
-        single.setdefault("ids", index.mih.ids)  # format 1 stored a copy as single_ids
-        index.single.table = BucketTable.from_arrays(bits, single, meta["direct"])
+        if "single_table" in meta:
+            index.single.table = ItemTable.from_arrays(
+                bits, {"words": index.mih.words, "ids": index.mih.ids,
+                       "slots": arrays["single_slots"], "bitmap": arrays["single_bitmap"]},
+                meta["single_table"])
+        else:  # formats 1-2: a bucket table of distinct codes; index the shared items again
+            index.single._rebuild_sorted(index.mih.words, index.mih.ids)
         index.scan.share(index.mih.words, index.mih.ids)
         index.threads = None
         if index.calibrate_on_build:

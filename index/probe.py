@@ -2,8 +2,7 @@
 
 A radius-``r`` probe enumerates all ``C(Q, r)`` codes at Hamming distance exactly ``r`` from the
 query (XOR masks of ``r`` bit positions, next-combination order) and looks each up in the
-:class:`~bucketsearch.index.table.BucketTable`. Range search probes radii ``0..R`` (radius
-inclusive:
+:class:`~bucketsearch.index.item_table.ItemTable`. Range search probes radii ``0..R`` (radius inclusive:
 ``d <= R``); k-NN probes radius after radius until ``k`` items are found, finishing the last
 radius so that ties are broken exactly by (distance, id) (the bucket search of Jiang, Li & Li).
 
@@ -20,7 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bucketsearch.index._jit import clz64, ctz64, cycle_counter, monotonic_ns, njit, ns_per_tick
+from bucketsearch.index._jit import (clz64, ctz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
+                                    popcount64)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PARALLEL_MIN_QUERIES,
                                      PROBE_CAP, STAT_FIELDS, IndexBase, ProbeLimitError,
                                      ResultLimitError, SearchStats, check_max_results, csr_to_knn,
@@ -29,24 +29,21 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PARALLEL
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
-from bucketsearch.index.table import (ENTRY_BUCKET, HASH_MULTIPLIER, BucketTable, find_bucket,
-                                     find_bucket_word, find_entry, filter_word_mask, sort_items)
+from bucketsearch.index.item_table import ItemTable, find_row, find_word, probe_word, run_end
+from bucketsearch.index.table import sort_items
 
-_NO_ENTRIES = np.zeros((2, 2), dtype=np.uint64)  # a direct or multi-word table has none
 N_STAT_FIELDS = len(STAT_FIELDS)
 
 
 class _Binding(NamedTuple):
     """A table and what its searches derive from it, in one attribute, so a search never pairs
-    a table with another's entries: its radius-0 slot ``entries``, the arguments of
-    :func:`_range_word0_kernel` and :func:`_range_word_kernel` after the head, and the
-    kernels' compiled entries for those arguments
+    a table with another's arguments: the arguments of :func:`_range_word0_kernel` and
+    :func:`_range_word_kernel` after the head (both the table's :meth:`ItemTable.lookup_args`
+    and its ids), and the kernels' compiled entries for those arguments
     (:func:`bucketsearch.index.base.run_resumable`)."""
 
-    table: BucketTable
-    entries: np.ndarray
-    r0_args: tuple
-    r_args: tuple
+    table: ItemTable
+    args: tuple
     compiled: dict
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
@@ -69,10 +66,10 @@ def flip_masks(bits: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(inline="always")
-def _emit(b, r, offsets, ids, out_i, out_d, n_out):
-    """Append bucket ``b``'s items at distance ``r`` to the growing result buffers."""
-    lo = offsets[b]
-    hi = offsets[b + 1]
+def _emit(lo, r, words, ids, out_i, out_d, n_out):
+    """Append the items of the bucket starting at position ``lo`` at distance ``r`` to the
+    growing result buffers."""
+    hi = run_end(words, lo)
     out_i = grow(out_i, n_out + hi - lo)
     out_d = grow(out_d, n_out + hi - lo)
     for t in range(lo, hi):
@@ -84,15 +81,33 @@ def _emit(b, r, offsets, ids, out_i, out_d, n_out):
 
 @njit(inline="always")
 def _record_hit(b, hits, nonempty):
-    """Keep bucket ``b`` while the buffer has room; the count goes on regardless."""
+    """Keep bucket ``b`` (its first position) while the buffer has room; the count goes on
+    regardless."""
     if nonempty < len(hits):
         hits[nonempty] = b
     return nonempty + 1
 
 
+@njit(inline="always")
+def next_prefix(prefix, bits):
+    """The next larger ``bits``-bit integer with the popcount of ``prefix`` (Gosper's hack)
+    that leaves a free position above its highest bit, or 0 when there is none (prefix 0, of
+    radius 1, has no successor)."""
+    one = np.uint64(1)
+    if prefix == 0:
+        return prefix
+    c = prefix & (~prefix + one)
+    rr = prefix + c
+    if rr == 0:
+        return rr
+    prefix = rr | (((prefix ^ rr) >> np.uint64(2)) >> ctz64(c))
+    if (prefix >> np.uint64(bits - 1)) != 0:  # the last bit needs a free position above
+        return np.uint64(0)
+    return prefix
+
+
 @njit
-def _probe_radius_word(q, r, bits, codes, slots, bitmap, table_shift, filter_shift, direct,
-                       hits):
+def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
     """Probe the radius-r sphere of a one-word code (Q <= 64): ``(probes, nonempty)``.
 
     The r-bit masks are a prefix of r - 1 bits (enumerated with Gosper's hack: the next larger
@@ -102,7 +117,7 @@ def _probe_radius_word(q, r, bits, codes, slots, bitmap, table_shift, filter_shi
     probes = 0
     nonempty = 0
     if r == 0:
-        b = find_bucket_word(q, codes, slots, bitmap, table_shift, filter_shift, direct)
+        b = find_word(q, words, slots, fp_bits, direct, bitmap)
         if b >= 0:
             nonempty = _record_hit(b, hits, nonempty)
         return 1, nonempty
@@ -114,26 +129,19 @@ def _probe_radius_word(q, r, bits, codes, slots, bitmap, table_shift, filter_shi
         bit = one << np.uint64(low)
         for _ in range(low, bits):
             probes += 1
-            b = find_bucket_word(base ^ bit, codes, slots, bitmap, table_shift, filter_shift,
-                                 direct)
+            b = find_word(base ^ bit, words, slots, fp_bits, direct, bitmap)
             if b >= 0:
                 nonempty = _record_hit(b, hits, nonempty)
             bit <<= one
+        prefix = next_prefix(prefix, bits)
         if prefix == 0:
-            break
-        c = prefix & (~prefix + one)
-        rr = prefix + c
-        if rr == 0:
-            break
-        prefix = rr | (((prefix ^ rr) >> np.uint64(2)) >> ctz64(c))
-        if (prefix >> np.uint64(bits - 1)) != 0:  # the last bit needs a free position above
             break
     return probes, nonempty
 
 
 @njit
-def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots, bitmap,
-                        table_shift, filter_shift, direct, hits):
+def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, words, slots, fp_bits,
+                        direct, bitmap, hits):
     """Probe the radius-r sphere of a several-word code: ``(probes, nonempty)``.
 
     Bit positions ``pos[0] < ... < pos[r-1]`` advance in next-combination order; ``cur`` is
@@ -149,7 +157,7 @@ def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots
         cur[flip_word[j]] ^= flip_mask[j]
     while True:
         probes += 1
-        b = find_bucket(cur, W, codes, slots, bitmap, table_shift, filter_shift, direct)
+        b = find_row(cur, W, words, slots, fp_bits, direct, bitmap)
         if b >= 0:
             nonempty = _record_hit(b, hits, nonempty)
         i = r - 1
@@ -167,10 +175,21 @@ def _probe_radius_words(q, r, bits, flip_word, flip_mask, cur, pos, codes, slots
     return probes, nonempty
 
 
+@njit(inline="always")
+def _same_row(words, i, j, W):
+    for w in range(W):
+        if words[i, w] != words[j, w]:
+            return False
+    return True
+
+
 @njit
-def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist, hist, fill,
-                    stats, out_i, out_d, n_out):
-    """k-NN fallback: rank the distinct codes by distance instead of probing radius ``r`` on.
+def _finish_by_scan(xq, qi, r, k, found, max_radius, words, ids, hist, fill, stats, out_i,
+                    out_d, n_out):
+    """k-NN fallback: rank the items by distance instead of probing radius ``r`` on (every
+    item's distance computed twice, for the histogram then for the emission: reusing the
+    distance of an equal previous row, or storing the distances, measured slower than the
+    popcounts they save).
 
     Buckets at distance ``r..max_radius`` are taken, radius by radius, until ``k`` items are
     found in all (the last radius complete, so ties stay exact by (distance, id)); their items
@@ -179,13 +198,25 @@ def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist,
     length and the last radius. (The candidate scratch is allocated here, once per fallback:
     a buffer carried through the kernel's query loop costs every query its refcounting.)
     """
-    nu, W = codes.shape
+    n, W = words.shape
     hist[:] = 0
-    for b in range(nu):
-        d = hamming(xq, qi, codes, b, W)
-        bdist[b] = d
-        if d >= r:
-            hist[d] += offsets[b + 1] - offsets[b]
+    if W == 1:  # four histograms, so equal successive distances do not wait on one counter
+        q = xq[qi, 0]
+        h4 = np.zeros((4, len(hist)), dtype=np.int64)
+        for i in range(0, n - 3, 4):
+            h4[0, popcount64(q ^ words[i, 0])] += 1
+            h4[1, popcount64(q ^ words[i + 1, 0])] += 1
+            h4[2, popcount64(q ^ words[i + 2, 0])] += 1
+            h4[3, popcount64(q ^ words[i + 3, 0])] += 1
+        for i in range(n - n % 4, n):
+            h4[0, popcount64(q ^ words[i, 0])] += 1
+        for d in range(len(hist)):
+            hist[d] = h4[0, d] + h4[1, d] + h4[2, d] + h4[3, d]
+    else:
+        for i in range(n):
+            hist[hamming(xq, qi, words, i, W)] += 1
+    for d in range(r):
+        hist[d] = 0
     cut = r
     acc = hist[r]
     while found + acc < k and cut < max_radius:
@@ -193,18 +224,18 @@ def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist,
         acc += hist[cut]
     cand_d = np.empty(acc, dtype=np.int32)
     cand_p = np.empty(acc, dtype=np.int64)
-    n = 0
-    for b in range(nu):
-        d = bdist[b]
+    c = 0
+    for i in range(n):
+        d = hamming(xq, qi, words, i, W)
         if r <= d <= cut:
-            stats[NONEMPTY, qi, d] += 1
-            for t in range(offsets[b], offsets[b + 1]):
-                cand_d[n] = d
-                cand_p[n] = t
-                n += 1
+            if i == 0 or not _same_row(words, i, i - 1, W):
+                stats[NONEMPTY, qi, d] += 1
+            cand_d[c] = d
+            cand_p[c] = i
+            c += 1
     out_i = grow(out_i, n_out + acc)
     out_d = grow(out_d, n_out + acc)
-    total = counting_sort(cand_d, cand_p, n, ids, hist, r, cut, fill, out_d, out_i, n_out)
+    total = counting_sort(cand_d, cand_p, c, ids, hist, r, cut, fill, out_d, out_i, n_out)
     for d in range(r, cut + 1):
         stats[ITEMS, qi, d] = hist[d]
     return out_i, out_d, n_out + total, cut
@@ -212,14 +243,14 @@ def _finish_by_scan(xq, qi, r, k, found, max_radius, codes, offsets, ids, bdist,
 
 @njit
 def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max_probes,
-                  with_clock, max_results, stop, codes, slots, bitmap, table_shift,
-                  filter_shift, direct, offsets, ids):
+                  with_clock, max_results, stop, words, slots, fp_bits, direct, bitmap, ids,
+                  n_codes):
     """Probe every query's Hamming ball to ``max_radius``; range search when ``k < 0``, k-NN
     (the ``k`` nearest within ``max_radius``) otherwise.
 
     k-NN grows the radius until ``k`` items are found or ``max_radius`` is done. When the next
     radius would take a query over ``max_probes``, or probe more buckets than there are distinct
-    codes, the query ranks the distinct codes by distance instead (:func:`_finish_by_scan`:
+    codes (``n_codes``), the query ranks the items by distance instead (:func:`_finish_by_scan`:
     exact, and cheaper), so k-NN never fails. Returns CSR results (counts, distances, ids)
     sorted by (distance, id) per query, the per-radius statistics, radii, total_ns, per query
     the radius from which it scanned (-1: none), and the results counted (``reached``).
@@ -232,11 +263,9 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
     """
     nq, W = xq.shape
     ntotal = len(ids)
-    n_codes = codes.shape[0]
     width = max_radius + 1
     counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
         nq, len(STAT_FIELDS), nq, width)
-    bdist = np.empty(0, dtype=np.int16)
     hist = np.zeros(bits + 2, dtype=np.int64)
     fill = np.zeros(bits + 2, dtype=np.int64)
     n_out = 0
@@ -253,12 +282,10 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
         t_prev = t_query
         for r in range(width):
             if k >= 0 and (spent + per_radius[r] > max_probes or per_radius[r] > n_codes):
-                if len(bdist) < n_codes:
-                    bdist = np.empty(n_codes, dtype=np.int16)
                 scanned_from[qi] = r
                 out_i, out_d, n_out, last = _finish_by_scan(
-                    xq, qi, r, k, n_out - start, max_radius, codes, offsets, ids, bdist, hist,
-                    fill, stats, out_i, out_d, n_out)
+                    xq, qi, r, k, n_out - start, max_radius, words, ids, hist, fill,
+                    stats, out_i, out_d, n_out)
                 if with_clock:
                     t_now = monotonic_ns()
                     stats[LOOKUP_NS, qi, r] = t_now - t_prev  # the whole scan, charged to r
@@ -270,21 +297,21 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             while True:
                 if W == 1:
                     probes, nonempty = _probe_radius_word(
-                        xq[qi, 0], r, bits, codes, slots, bitmap, table_shift, filter_shift,
-                        direct, hits)
+                        xq[qi, 0], r, bits, words, slots, fp_bits, direct, bitmap, hits)
                 else:
                     probes, nonempty = _probe_radius_words(
-                        xq[qi], r, bits, flip_word, flip_mask, cur, pos, codes, slots, bitmap,
-                        table_shift, filter_shift, direct, hits)
+                        xq[qi], r, bits, flip_word, flip_mask, cur, pos, words, slots, fp_bits,
+                        direct, bitmap, hits)
                 if nonempty <= len(hits):
                     break
                 hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe the radius again
             for h in range(nonempty):
-                b = hits[h]
-                if n_out + offsets[b + 1] - offsets[b] > max_results:
-                    reached = n_out + offsets[b + 1] - offsets[b]
+                lo = hits[h]
+                size = run_end(words, lo) - lo
+                if n_out + size > max_results:
+                    reached = n_out + size
                     break
-                out_i, out_d, n_out = _emit(b, r, offsets, ids, out_i, out_d, n_out)
+                out_i, out_d, n_out = _emit(lo, r, words, ids, out_i, out_d, n_out)
             if reached >= 0:
                 break
             sort_run(out_i, seg, n_out)
@@ -309,29 +336,24 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
 
 
 @njit(inline="always")
-def _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hits, lims,
-                  with_clock, ticks):
-    """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the bucket of a direct table, the
-    slot of ``entries`` of a hashed one (:func:`bucketsearch.index.table.find_entry`; -1: none),
-    ``lims[qi + 1]`` its size and, ``with_clock``, ``ticks[qi]`` the clock after the lookup.
-    Returns the sizes' sum. A loop with no exit and no store but these: written like this the
-    lookups of successive queries overlap; with an early return, a ``clock_gettime`` call or a
-    statistics row in the loop, even on branches not taken, it measured 40-45 ns a query."""
+def _lookup_words(xq, q_start, words, slots, fp_bits, direct, bitmap, hits, lims, with_clock,
+                  ticks):
+    """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the first position of the
+    query's bucket (-1: none), ``lims[qi + 1]`` its size and, ``with_clock``, ``ticks[qi]`` the
+    clock after the lookup (a hashed table's slots read without the filter: hits are the
+    common case at radius 0). Returns the sizes' sum. A loop with no exit and no store but these:
+    written like this the lookups of successive queries overlap; with an early return, a
+    ``clock_gettime`` call or a statistics row in the loop, even on branches not taken, it
+    measured 40-45 ns a query."""
     total = 0
     for qi in range(q_start, xq.shape[0]):
         size = 0
         if direct:
-            h = np.int64(slots[xq[qi, 0]])
-            if h >= 0:
-                size = offsets[h + 1] - offsets[h]
+            h = find_word(xq[qi, 0], words, slots, fp_bits, direct, bitmap)
         else:
-            h = find_entry(xq[qi, 0], entries, table_shift)
-            if h >= 0:
-                size = 1
-                tag = entries[h, 1]
-                if tag & ENTRY_BUCKET:
-                    b = np.int64(tag & ~ENTRY_BUCKET)
-                    size = offsets[b + 1] - offsets[b]
+            h = probe_word(xq[qi, 0], words, slots, fp_bits)
+        if h >= 0:
+            size = run_end(words, h) - h
         hits[qi] = h
         lims[qi + 1] = size
         total += size
@@ -341,20 +363,18 @@ def _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hit
 
 
 @njit
-def _range_word0_kernel(xq, with_stats, tick_ns, max_results, slots, direct, entries,
-                        table_shift, offsets, ids, q_start, n_out, lims, out_d, out_i, hits,
-                        stats, total_ns):
+def _range_word0_kernel(xq, with_stats, tick_ns, max_results, words, slots, fp_bits, direct,
+                        bitmap, ids, q_start, n_out, lims, out_d, out_i, hits, stats, total_ns):
     """:func:`_range_word_kernel` at radius 0: all lookups first (:func:`_lookup_words`, into
     ``hits``, which must hold ``nq`` entries: else ``need = nq`` is returned), then, the room
-    checked once, the results copied (a one-item bucket of a hashed table: the id from its
-    slot entry, no other load). With ``with_stats`` a query's ``lookup_ns`` and ``total_ns``
-    are the time between the end of its lookup and the end of the previous one, plus the time
-    its items took to copy (``tick_ns``: ns per clock tick)."""
+    checked once, the results copied. With ``with_stats`` a query's ``lookup_ns`` and
+    ``total_ns`` are the time between the end of its lookup and the end of the previous one,
+    plus the time its items took to copy (``tick_ns``: ns per clock tick)."""
     nq = xq.shape[0]
     if len(hits) < nq:
         return q_start, n_out, -1, nq
     t_start = cycle_counter() if with_stats else 0
-    total = _lookup_words(xq, q_start, slots, direct, entries, table_shift, offsets, hits, lims,
+    total = _lookup_words(xq, q_start, words, slots, fp_bits, direct, bitmap, hits, lims,
                           with_stats, total_ns)
     if n_out + total > max_results:
         return q_start, n_out, n_out + total, 0
@@ -365,19 +385,10 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, slots, direct, ent
         h = hits[qi]
         start = n_out
         if h >= 0:
-            b = h
-            if not direct:
-                tag = entries[h, 1]
-                b = np.int64(tag & ~ENTRY_BUCKET) if tag & ENTRY_BUCKET else -1
-                if b < 0:
-                    out_i[n_out] = np.int64(tag)
-                    out_d[n_out] = 0
-                    n_out += 1
-            if b >= 0:
-                for t in range(offsets[b], offsets[b + 1]):
-                    out_i[n_out] = ids[t]
-                    out_d[n_out] = 0
-                    n_out += 1
+            for t in range(h, h + lims[qi + 1]):
+                out_i[n_out] = ids[t]
+                out_d[n_out] = 0
+                n_out += 1
         lims[qi + 1] = n_out
         if with_stats:
             record_radius(stats, qi, 0, 1, 1 if h >= 0 else 0, n_out - start)
@@ -389,24 +400,14 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, slots, direct, ent
     return nq, n_out, -1, 0
 
 
-@njit(inline="always")
-def _passes_filter(code, bitmap, filter_shift):
-    """Whether the occupancy filter lets ``code`` through (a miss then costs one load of the
-    filter, kept in cache by the probes of the other radii, not one of the slot entries)."""
-    f, fbits = filter_word_mask(code * HASH_MULTIPLIER, filter_shift)
-    return bitmap[f] & fbits == fbits
-
-
 @njit
-def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slots, bitmap,
-                       table_shift, filter_shift, direct, entries, offsets, ids, q_start, n_out,
-                       lims, out_d, out_i, hits, stats, total_ns):
+def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slots, fp_bits,
+                       direct, bitmap, ids, q_start, n_out, lims, out_d, out_i, hits, stats,
+                       total_ns):
     """Range search (``d <= R``, ``R >= 1``; radius 0 alone: :func:`_range_word0_kernel`) of
     one-word codes (Q <= 64) written for small radii and single queries: hits go straight to
     the caller's output buffers, nothing is allocated and no array is reassigned in the query
-    loop, and with ``with_stats`` off no statistic is written and no clock read. The radius-0
-    step of a hashed table reads its slot ``entries`` (:meth:`index.table.BucketTable.
-    slot_entries`; :data:`_NO_ENTRIES` for a direct table), the other radii ``slots``.
+    loop, and with ``with_stats`` off no statistic is written and no clock read.
 
     Queries ``q_start..`` are searched; ``lims[qi + 1]`` receives the end of query ``qi``'s
     results in ``out_d`` / ``out_i`` (``lims[0] = 0`` is the caller's); ``hits`` is scratch for
@@ -428,39 +429,13 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slo
         t_query = t_prev
         for r in range(R + 1):
             seg = n_out
-            if r == 0:  # one load for a one-item bucket of a hashed table (its slot entry)
-                b = -1
-                probes = 1
-                nonempty = 0
-                if direct:
-                    b = np.int64(slots[q])
-                elif _passes_filter(q, bitmap, filter_shift):
-                    s = find_entry(q, entries, table_shift)
-                    if s >= 0:
-                        tag = entries[s, 1]
-                        if tag & ENTRY_BUCKET:
-                            b = np.int64(tag & ~ENTRY_BUCKET)
-                        elif n_out + 1 > max_results:
-                            return qi, start, n_out + 1, 0
-                        elif n_out + 1 > cap:
-                            return qi, start, -1, 0
-                        else:
-                            out_i[n_out] = np.int64(tag)
-                            out_d[n_out] = 0
-                            n_out += 1
-                            nonempty = 1
-                if b >= 0:
-                    hits[0] = b
-                    nonempty = 1
-            else:
-                probes, nonempty = _probe_radius_word(q, r, bits, codes, slots, bitmap,
-                                                      table_shift, filter_shift, direct, hits)
-                if nonempty > len(hits):
-                    return qi, start, -1, nonempty
-            for h in range(nonempty if n_out == seg else 0):
-                b = hits[h]
-                lo = offsets[b]
-                hi = offsets[b + 1]
+            probes, nonempty = _probe_radius_word(q, r, bits, words, slots, fp_bits, direct,
+                                                  bitmap, hits)
+            if nonempty > len(hits):
+                return qi, start, -1, nonempty
+            for h in range(nonempty):
+                lo = hits[h]
+                hi = run_end(words, lo)
                 if n_out + hi - lo > max_results:
                     return qi, start, n_out + hi - lo, 0
                 if n_out + hi - lo > cap:
@@ -483,12 +458,13 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, codes, slo
 
 
 class HammingIndex(IndexBase):
-    """Single-table bucket search (hash lookup) over ``bits``-bit codes.
+    """Single-table bucket search (hash lookup) over ``bits``-bit codes: an
+    :class:`~bucketsearch.index.item_table.ItemTable` over the items sorted by (code, id).
 
     ``max_probes`` bounds ``sum_{r<=R} C(Q, r)`` of one query: a range search beyond it raises
     :class:`ProbeLimitError` (the planner then picks multi-index hashing or the linear scan);
     a k-NN query that would pass it, or would probe more buckets in one radius than there are
-    distinct codes, ranks the distinct codes by a scan from that radius on (exact;
+    distinct codes, ranks the items by a scan from that radius on (exact;
     ``stats.scanned_from`` records the radius, and those radii show ``probes = 0``).
     """
 
@@ -511,34 +487,26 @@ class HammingIndex(IndexBase):
         self._rebuild_sorted(*sort_items(words, ids))
 
     def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
-        """The table of items already sorted by (code, id); ``ids`` is kept, not copied (auto
-        shares one array with its multi-index), and the slot entries come from the build."""
-        self.table = BucketTable.from_sorted(self.bits, words, ids, entries=True)
+        """The table of items already sorted by (code, id); ``words`` and ``ids`` are kept, not
+        copied (auto shares them with its multi-index and its scan)."""
+        self.table = ItemTable.from_sorted(self.bits, words, ids)
 
     @property
-    def table(self) -> BucketTable:
+    def table(self) -> ItemTable:
         return self._bound.table
 
     @table.setter
-    def table(self, table: BucketTable) -> None:
-        """The table and its :class:`_Binding`: the slot entries of its radius-0 lookups when
-        it is a hashed table of one-word codes (:meth:`BucketTable.slot_entries`, derived
-        here, not stored)."""
-        hashed_word = not table.direct and table.codes.shape[1] == 1
-        entries = table.slot_entries() if hashed_word else _NO_ENTRIES
-        t = table
-        self._bound = _Binding(
-            table, entries, (t.slots, t.direct, entries, t.table_shift, t.offsets, t.ids),
-            (t.codes, t.slots, t.bitmap, t.table_shift, t.filter_shift, t.direct, entries,
-             t.offsets, t.ids), {})
+    def table(self, table: ItemTable) -> None:
+        """The table and its :class:`_Binding`."""
+        self._bound = _Binding(table, (*table.lookup_args(), table.ids), {})
 
     def snapshot(self) -> tuple[dict, dict]:
-        return {"max_probes": self.max_probes, "direct": self.table.direct}, self.table.arrays()
+        return {"max_probes": self.max_probes, "table": self.table.meta()}, self.table.arrays()
 
     @classmethod
     def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> HammingIndex:
         index = cls(bits, max_probes=meta["max_probes"])
-        index.table = BucketTable.from_arrays(bits, arrays, meta["direct"])
+        index.table = table_from_snapshot(bits, meta, arrays)
         return index
 
     @property
@@ -553,17 +521,15 @@ class HammingIndex(IndexBase):
     @property
     def words(self) -> np.ndarray:
         """Item codes in table order, aligned with :attr:`ids`."""
-        return self.table.item_words()
+        return self.table.words
 
     def memory_bytes(self) -> int:
         return sum(a.nbytes for a in self.memory_arrays().values())
 
     def memory_arrays(self) -> dict:
         """Every array the index holds, by identity (``id(array)``), so a holder of several
-        engines sharing arrays counts each once
-        (:meth:`bucketsearch.index.planner.AutoIndex.memory_bytes`)."""
-        arrays = [*self._bound.table.arrays().values(), self._bound.entries]
-        return {id(a): a for a in arrays}
+        engines sharing arrays counts each once (:meth:`bucketsearch.index.planner.AutoIndex.memory_bytes`)."""
+        return {id(a): a for a in self.table.arrays().values()}
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:
         """Exact ``sum_{r<=R} C(Q, r)``: buckets probed by one radius-R query (any ``nq``)."""
@@ -584,9 +550,10 @@ class HammingIndex(IndexBase):
             return self._run_range_word(xq, max_radius, stats, max_results)
         per_radius = self._radius_counts(max_radius)[1]
         stop = np.zeros(1, dtype=np.int64)
+        table = self.table
         args = (self.bits, self.flip_word, self.flip_mask, per_radius, max_radius, k,
                 self.max_probes, stats, check_max_results(max_results), stop,
-                *self.table.lookup_args(), self.table.offsets, self.table.ids)
+                *table.lookup_args(), table.ids, table.distinct_codes)
         lims, D, I, rest = run_chunked(lambda chunk: _probe_kernel(chunk, *args), xq,
                                        self.threads)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
@@ -601,9 +568,9 @@ class HammingIndex(IndexBase):
         head = (stats, ns_per_tick() if stats else 1.0, check_max_results(max_results))
         bound = self._bound  # the table's arguments bound once per table
         if R == 0:
-            kernel, args = _range_word0_kernel, (*head, *bound.r0_args)
+            kernel, args = _range_word0_kernel, (*head, *bound.args)
         else:
-            kernel, args = _range_word_kernel, (R, self.bits, *head, *bound.r_args)
+            kernel, args = _range_word_kernel, (R, self.bits, *head, *bound.args)
         lims, D, I, st, reached = run_resumable_chunked(kernel, xq, R + 1, stats, N_STAT_FIELDS,
                                                         self.threads, args, bound.compiled)
         if max_results is not None:
@@ -614,3 +581,15 @@ class HammingIndex(IndexBase):
         probes = self.probe_count(R)
         if probes > self.max_probes:
             raise ProbeLimitError(probes, self.max_probes, R, self.bits)
+
+
+def table_from_snapshot(bits: int, meta: dict, arrays: dict) -> ItemTable:
+    """The single table of a snapshot: ``words``, ``ids``, ``slots`` and ``meta["table"]``
+    (format 3), or a format 1-2 bucket table (distinct ``codes``, ``offsets``, ``ids``,
+    ``slots``, ``bitmap``), whose items are expanded from its buckets and indexed again."""
+    if "offsets" not in arrays:
+        return ItemTable.from_arrays(bits, arrays, meta["table"])
+    offsets = np.asarray(arrays["offsets"], dtype=np.int64)
+    words = np.repeat(np.asarray(arrays["codes"]), np.diff(offsets), axis=0)
+    return ItemTable.from_sorted(bits, np.ascontiguousarray(words, dtype=np.uint64),
+                                 arrays["ids"])

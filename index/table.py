@@ -15,10 +15,8 @@ Layout (all flat arrays, so a snapshot is a handful of ``.npy`` files that ``mma
 For ``Q <= DIRECT_MAX_BITS`` (and codes dense enough) the table is direct-addressed instead:
 ``slots`` has ``2^Q`` entries indexed by the code value itself, and there is no bitmap.
 
-Radius-0 lookups of a hashed one-word table read :meth:`BucketTable.slot_entries` instead, derived
-at load and not stored: per slot the code and, for a bucket of one item, that item's id, so a
-hit is one load where ``slots``, then ``codes`` and ``offsets``, then ``ids`` are three dependent
-ones (each a cache miss once other work has run).
+The multi-index's substring tables and the join's tables are bucket tables; the single-table
+engine indexes its items by position instead (:mod:`index.item_table`).
 """
 from __future__ import annotations
 
@@ -31,11 +29,6 @@ from bucketsearch.index.radix import sort_codes_ids
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
 DIRECT_MAX_BITS = 24      # direct addressing only up to 2^24 slots (64 MiB of int32)
-#: Tags of :meth:`BucketTable.slot_entries`: an empty slot; a tag with this bit set is a bucket
-#: number; any other tag is the id of a bucket's only item
-ENTRY_EMPTY = np.uint64(2**64 - 1)
-ENTRY_BUCKET = np.uint64(1 << 63)
-_NO_ENTRIES = np.zeros((1, 2), dtype=np.uint64)  # a table built without slot entries
 BITMAP_BITS_PER_CODE = 32  # filter size, rounded up to a power of two
 TABLE_SLOTS_PER_CODE = 1.5  # rounded up to a power of two: load factor 0.375..0.67
 
@@ -104,13 +97,11 @@ def find_bucket(cur, W, codes, slots, bitmap, table_shift, filter_shift, direct)
 
 
 @njit
-def _fill_hash(codes, offsets, ids, slots, bitmap, table_shift, filter_shift, entries,
-               with_entries):
+def _fill_hash(codes, slots, bitmap, table_shift, filter_shift):
     """The slots and the occupancy filter of a hashed table (linear probing), buckets in
-    order; ``with_entries``: also each slot's entry of :meth:`BucketTable.slot_entries``
-    (one-word codes), in the same pass. The reads are sequential, the writes random: inserting
-    in home-slot order instead (sorted homes, sequential writes, random reads of the buckets)
-    measured 3-5x slower on 10M codes, the reads stalling where writes do not."""
+    order. The reads are sequential, the writes random: inserting in home-slot order instead
+    (sorted homes, sequential writes, random reads of the buckets) measured 3-5x slower on 10M
+    codes, the reads stalling where writes do not."""
     mask = np.uint64(len(slots) - 1)
     W = codes.shape[1]
     for b in range(codes.shape[0]):
@@ -121,41 +112,6 @@ def _fill_hash(codes, offsets, ids, slots, bitmap, table_shift, filter_shift, en
         while slots[s] >= 0:
             s = (s + np.uint64(1)) & mask
         slots[s] = b
-        if with_entries:
-            entries[s, 0] = codes[b, 0]
-            if offsets[b + 1] - offsets[b] == 1 and ids[offsets[b]] >= 0:
-                entries[s, 1] = np.uint64(ids[offsets[b]])
-            else:
-                entries[s, 1] = ENTRY_BUCKET | np.uint64(b)
-
-
-@njit
-def _fill_entries(codes, offsets, ids, slots, entries):
-    for s in range(len(slots)):
-        b = slots[s]
-        if b < 0:
-            entries[s, 0] = 0
-            entries[s, 1] = ENTRY_EMPTY
-            continue
-        entries[s, 0] = codes[b, 0]
-        if offsets[b + 1] - offsets[b] == 1 and ids[offsets[b]] >= 0:
-            entries[s, 1] = np.uint64(ids[offsets[b]])
-        else:
-            entries[s, 1] = ENTRY_BUCKET | np.uint64(b)
-
-
-@njit(inline="always")
-def find_entry(code, entries, table_shift):
-    """Slot of one-word ``code`` in :meth:`BucketTable.slot_entries`, or -1 (the probe sequence
-    of ``slots``, no filter: a hit, radius 0's usual case, pays one load instead of two)."""
-    mask = np.uint64(len(entries) - 1)
-    s = (code * HASH_MULTIPLIER) >> table_shift
-    while True:
-        if entries[s, 1] == ENTRY_EMPTY:
-            return -1
-        if entries[s, 0] == code:
-            return np.int64(s)
-        s = (s + np.uint64(1)) & mask
 
 
 @njit
@@ -223,7 +179,6 @@ class BucketTable:
         self.bits = bits
         self.codes, self.offsets, self.ids = codes, offsets, ids
         self.slots, self.bitmap, self.direct = slots, bitmap, bool(direct)
-        self._entries = None  # slot_entries filled by the build, else derived on demand
         self.table_shift = np.uint64(64 - (len(slots).bit_length() - 1))
         self.filter_shift = np.uint64(64 - len(bitmap).bit_length() + 1)
 
@@ -235,12 +190,11 @@ class BucketTable:
         return cls.from_sorted(bits, *sort_items(words, ids))
 
     @classmethod
-    def from_sorted(cls, bits: int, sorted_words: np.ndarray, sorted_ids: np.ndarray,
-                    entries: bool = False) -> BucketTable:
+    def from_sorted(cls, bits: int, sorted_words: np.ndarray,
+                    sorted_ids: np.ndarray) -> BucketTable:
         """The table of items already sorted by (code, id) (:func:`sort_items`): ``sorted_ids``
         becomes its ``ids`` as given (not copied: a caller's shared array). Offsets are
-        :func:`position_dtype` wide. ``entries``: also fill :meth:`slot_entries` in the pass
-        that fills the slots (a hashed table of one-word codes)."""
+        :func:`position_dtype` wide."""
         offsets = _bucket_bounds(sorted_words)
         codes = np.ascontiguousarray(sorted_words[offsets[:-1]])
         offsets = offsets.astype(position_dtype(len(sorted_ids)), copy=False)
@@ -256,14 +210,7 @@ class BucketTable:
         bitmap = np.zeros(max(128, _pow2_at_least(BITMAP_BITS_PER_CODE * nu)) // 64,
                           dtype=np.uint64)
         table = cls(bits, codes, offsets, sorted_ids, slots, bitmap, False)
-        with_entries = entries and codes.shape[1] == 1
-        if with_entries:
-            table._entries = np.empty((len(slots), 2), dtype=np.uint64)
-            table._entries[:, 0] = 0
-            table._entries[:, 1] = ENTRY_EMPTY
-        _fill_hash(codes, offsets, sorted_ids, slots, bitmap, table.table_shift,
-                   table.filter_shift, table._entries if with_entries else _NO_ENTRIES,
-                   with_entries)
+        _fill_hash(codes, slots, bitmap, table.table_shift, table.filter_shift)
         return table
 
     @classmethod
@@ -297,20 +244,6 @@ class BucketTable:
         starts = np.zeros((1 << self.bits) + 1, dtype=dtype)
         starts[self.codes[:, 0].astype(np.int64) + 1] = self.bucket_sizes()
         return np.cumsum(starts, out=starts)
-
-    def slot_entries(self) -> np.ndarray:
-        """``(len(slots), 2)`` uint64 for radius-0 lookups of a hashed one-word table, slot for
-        slot: the bucket's code, then a tag: :data:`ENTRY_EMPTY` for an empty slot, the id of
-        the bucket's only item (ids >= 0), else ``ENTRY_BUCKET | b`` for bucket ``b``
-        (16 bytes a slot, four to a cache line; :func:`find_entry`)."""
-        if self.direct or self.codes.shape[1] != 1:
-            raise ValueError(f"slot_entries needs a hashed table of one-word codes ({self.bits} "
-                             f"bits, {'direct' if self.direct else 'hashed'})")
-        if self._entries is not None:
-            return self._entries
-        entries = np.empty((len(self.slots), 2), dtype=np.uint64)
-        _fill_entries(self.codes, self.offsets, self.ids, self.slots, entries)
-        return entries
 
     def item_words(self) -> np.ndarray:
         """Each item's code, in table order (aligned with ``ids``)."""

@@ -15,6 +15,7 @@ from bucketsearch.index.mih import MultiIndex, _sort_pairs
 from bucketsearch.index.probe import HammingIndex, _lookup_words
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index import radix
+from bucketsearch.index.item_table import ItemTable, slot_layout
 from bucketsearch.index.table import BucketTable, sort_items
 from tests import naive
 
@@ -54,12 +55,15 @@ def sort_pairs_twin(d, i):
     return d[order], i[order]
 
 
-def lookup_twin(xq, codes, offsets):
-    """Per query the bucket of its code (-1: none) and the bucket's size."""
-    where = {int(c): b for b, c in enumerate(codes[:, 0])}
-    hits = np.array([where.get(int(q), -1) for q in xq[:, 0]], dtype=np.int64)
-    sizes = np.array([offsets[b + 1] - offsets[b] if b >= 0 else 0 for b in hits],
-                     dtype=np.int64)
+def position_twin(xq, words):
+    """Per query the first position of its code in code-sorted ``words`` (-1: none) and the
+    number of items with that code."""
+    first, size = {}, {}
+    for p, c in enumerate(words[:, 0].tolist()):
+        first.setdefault(c, p)
+        size[c] = size.get(c, 0) + 1
+    hits = np.array([first.get(int(q), -1) for q in xq[:, 0]], dtype=np.int64)
+    sizes = np.array([size.get(int(q), 0) for q in xq[:, 0]], dtype=np.int64)
     return hits, sizes
 
 
@@ -224,18 +228,14 @@ def test_lookup_words_matches_a_dict(bits, n, clock, data):
     xb = np.array(data.draw(st.lists(st.integers(0, min(top, 40)) if data.draw(st.booleans())
                                      else st.integers(0, top), min_size=n, max_size=n)),
                   dtype=np.uint64).reshape(-1, 1)
-    table = BucketTable.build(bits, xb, np.arange(n, dtype=np.int64))
+    table = ItemTable.build(bits, xb, np.arange(n, dtype=np.int64))
     xq = np.concatenate([xb[:5], np.array([[0], [top], [7 & top]], dtype=np.uint64)])
     q_start = data.draw(st.integers(0, len(xq)))
     hits = np.full(len(xq), -9, dtype=np.int64)
     lims = np.zeros(len(xq) + 1, dtype=np.int64)
     ticks = np.zeros(len(xq), dtype=np.int64)
-    entries = np.zeros((2, 2), np.uint64) if table.direct else table.slot_entries()
-    total = _lookup_words(xq, q_start, table.slots, table.direct, entries, table.table_shift,
-                          table.offsets, hits, lims, clock, ticks)
-    th, ts = lookup_twin(xq, table.codes, table.offsets)
-    if not table.direct:  # a hashed table's hit is the slot of its bucket
-        hits[q_start:] = np.where(hits[q_start:] >= 0, table.slots[hits[q_start:]], -1)
+    total = _lookup_words(xq, q_start, *table.lookup_args(), hits, lims, clock, ticks)
+    th, ts = position_twin(xq, table.words)
     assert (hits[q_start:] == th[q_start:]).all() and (hits[:q_start] == -9).all()
     assert (lims[q_start + 1:] == ts[q_start:]).all() and total == ts[q_start:].sum()
     if clock:
@@ -244,36 +244,41 @@ def test_lookup_words_matches_a_dict(bits, n, clock, data):
         assert (ticks == 0).all()
 
 
-def slot_entries_twin(table):
-    """Per slot: (0, all ones) when empty, else (code, the id of a one-item bucket whose id is
-    >= 0, else 2^63 + bucket)."""
-    rows = []
-    for b in table.slots.tolist():
-        if b < 0:
-            rows.append((0, 2**64 - 1))
-            continue
-        lo, hi = table.offsets[b], table.offsets[b + 1]
-        one = hi - lo == 1 and table.ids[lo] >= 0
-        rows.append((int(table.codes[b, 0]), int(table.ids[lo]) if one else 2**63 + b))
-    return np.array(rows, dtype=np.uint64).reshape(-1, 2)
+@settings(max_examples=80, deadline=None)
+@given(bits=st.sampled_from([25, 40, 64, 128]), n=st.integers(0, 400), spread=st.integers(1, 40),
+       layout=st.sampled_from([None, (np.uint32, 1), (np.uint32, 3), (np.uint64, 32),
+                               (np.uint64, 2)]),
+       seed=st.integers(0, 2**31))
+def test_item_table_finds_every_code_and_no_other(bits, n, spread, layout, seed):
+    """Hashed slots of positions (wrap-around included: small tables, clustered homes; 32- and
+    64-bit slots; fingerprints of 1-3 bits, so most fingerprint matches are false) find every
+    code's first position and nothing else (the twin: a dict of code -> first position)."""
+    from bucketsearch.index.item_table import find_row
+    rng = np.random.default_rng(seed)
+    W = (bits + 63) // 64
+    top = 2**min(bits, 63)
+    codes = rng.integers(0, min(top, 2**spread), (n, W), dtype=np.uint64)
+    codes[:, 0] |= np.uint64(top >> 1) if bits < 64 and n % 2 else np.uint64(0)
+    words, ids = sort_items(codes, np.arange(n, dtype=np.int64))
+    table = ItemTable.from_sorted(bits, words, ids, layout=layout)
+    assert not table.direct and table.words is words and table.ids is ids
+    twin = {}
+    for p, c in enumerate(words.tolist()):
+        twin.setdefault(tuple(c), p)
+    probes = np.concatenate([codes, rng.integers(0, min(top, 2**spread), (50, W),
+                                                 dtype=np.uint64)])
+    args = table.lookup_args()
+    for q in probes:
+        assert find_row(q, W, *args) == twin.get(tuple(q.tolist()), -1)
+    assert (table.slots != 0).sum() == table.distinct_codes == len(twin)
+    assert table.slots.dtype == (layout[0] if layout else np.uint32)
 
 
-@settings(max_examples=40, deadline=None)
-@given(values=st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 5), max_size=60),
-       data=st.data())
-def test_slot_entries_match_a_twin(values, data):
-    """One-item buckets carry their id (not when it is negative), the others their bucket."""
-    ids = np.array(data.draw(st.lists(st.integers(-3, 2**63 - 1), min_size=len(values),
-                                      max_size=len(values), unique=True)), dtype=np.int64)
-    table = BucketTable.build(64, np.array(values, dtype=np.uint64).reshape(-1, 1), ids)
-    assert not table.direct
-    assert (table.slot_entries() == slot_entries_twin(table)).all()
-
-
-def test_slot_entries_of_a_direct_or_multiword_table_are_refused():
-    for bits, words in ((8, np.array([[3]], np.uint64)), (70, np.array([[3, 1]], np.uint64))):
-        with pytest.raises(ValueError, match="slot_entries needs"):
-            BucketTable.build(bits, words, np.arange(1, dtype=np.int64)).slot_entries()
+def test_slot_layout_keeps_a_fingerprint_in_32_bits_up_to_2_26_items():
+    assert slot_layout(10_000_000) == (np.uint32, 8)
+    assert slot_layout(2**26 - 1) == (np.uint32, 6)
+    assert slot_layout(2**26) == (np.uint64, 32)
+    assert slot_layout(0) == (np.uint32, 31)
 
 
 def _same(got, expected):
@@ -346,11 +351,11 @@ def test_small_radius_statistics_with_the_cap_and_threads():
                                                             max_size=60),
        high=st.integers(0, 2**64 - 1), negative=st.booleans(), stats=st.booleans(),
        R=st.integers(0, 2), short=st.integers(0, 2))
-def test_slot_entries_in_range_search_match_brute_force(bits, values, high, negative, stats, R,
-                                                        short):
-    """The radius-0 step of a hashed one-word table (alone, and before radius 1-2): one-item
-    buckets answered from their slot entry, the others (several items, or a negative id)
-    through the bucket; queries that miss; a result cap at the total passes, under it raises."""
+def test_hashed_single_table_range_search_matches_brute_force(bits, values, high, negative,
+                                                              stats, R, short):
+    """Radius 0 of a hashed one-word table (alone, and before radius 1-2): buckets of one and
+    of several items (negative ids too); queries that miss; a result cap at the total passes,
+    under it raises."""
     top = np.uint64((1 << bits) - 1)
     xb = ((np.array(values, dtype=np.uint64) * np.uint64(high | 1)) & top).reshape(-1, 1)
     ids = np.arange(len(xb), dtype=np.int64) * 7 - (5 if negative else 0)
@@ -468,20 +473,23 @@ def test_radix_sort_codes_ids_matches_lexsort(codes, data):
 
 
 @settings(max_examples=40, deadline=None)
-@given(bits=st.sampled_from([20, 32, 64]), n=st.integers(0, 300), seed=st.integers(0, 2**31))
-def test_table_built_entries_equal_derived_ones(bits, n, seed):
-    """The slot entries a build fills with the slots equal those derived from a loaded table
-    (the same arrays, no entries), and offsets are int32 below 2^31 items."""
+@given(bits=st.sampled_from([12, 20, 32, 64]), n=st.integers(0, 300), seed=st.integers(0, 2**31))
+def test_item_table_from_its_arrays_finds_the_same(bits, n, seed):
+    """A table rebuilt from its arrays and metadata (a snapshot's) answers as the built one,
+    direct or hashed; the hashed slots are 32-bit below 2^26 items."""
     rng = np.random.default_rng(seed)
     codes = rng.integers(0, 2**min(bits, 12), n, dtype=np.uint64).reshape(-1, 1)
     ids = rng.permutation(n).astype(np.int64) * 3 - 7
-    table = BucketTable.from_sorted(bits, *sort_items(codes, ids), entries=True)
-    assert table.offsets.dtype == np.int32
-    if table.direct:
-        return
-    loaded = BucketTable.from_arrays(bits, table.arrays(), False)
-    assert loaded._entries is None
-    assert (table.slot_entries() == loaded.slot_entries()).all()
+    table = ItemTable.from_sorted(bits, *sort_items(codes, ids))
+    assert table.slots.dtype == (np.int32 if table.direct else np.uint32)
+    loaded = ItemTable.from_arrays(bits, table.arrays(), table.meta())
+    xq = np.concatenate([codes, rng.integers(0, 2**min(bits, 12), (20, 1), dtype=np.uint64)])
+    for got in (table, loaded):
+        hits = np.zeros(len(xq), dtype=np.int64)
+        lims = np.zeros(len(xq) + 1, dtype=np.int64)
+        _lookup_words(xq, 0, *got.lookup_args(), hits, lims, False, hits.copy())
+        th, ts = position_twin(xq, table.words)
+        assert (hits == th).all() and (lims[1:] == ts).all()
 
 
 @settings(max_examples=120, deadline=None)

@@ -6,6 +6,7 @@ import pytest
 
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.storage.store import FORMAT_VERSION, load_arrays, save_arrays
+from bucketsearch.index.table import BucketTable, sort_items
 
 
 def test_roundtrip_and_overwrite(tmp_path):
@@ -55,31 +56,76 @@ def test_wrong_kind_is_refused(tmp_path):
         HammingIndex.load(tmp_path / "scan")
 
 
-def test_format_1_auto_snapshot_still_loads(tmp_path):
-    """A version-1 ``auto`` snapshot (the single table's ids stored again as ``single_ids``,
-    int64 offsets and positions) loads and answers like the index it was written from; a
-    version-2 one stores the ids once and shares them between the engines on load."""
+def legacy_single_arrays(words, ids, bits=64) -> tuple[dict, dict]:
+    """A format 1-2 single table: distinct codes, offsets, ids, slots and filter of a
+    :class:`BucketTable`, and its ``direct`` flag."""
+    table = BucketTable.from_sorted(bits, *sort_items(words, ids))
+    return {"direct": table.direct}, table.arrays()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_format_1_and_2_auto_snapshots_still_load(tmp_path, version):
+    """A version-1 ``auto`` snapshot (the single table a bucket table, its ids stored again as
+    ``single_ids``, int64 offsets and positions) and a version-2 one (int32, ids stored once)
+    load and answer like the index they were written from; the single table is indexed again
+    from the multi-index's items, so the three engines share one copy of codes and ids."""
     from bucketsearch.index.planner import AutoIndex
     rng = np.random.default_rng(3)
     words = rng.integers(0, 2**63, (400, 1), dtype=np.uint64)
+    words[200:300] = words[:100]  # buckets of two items
     ids = rng.permutation(1000)[:400].astype(np.int64)
     index = AutoIndex(64, calibrate_on_build=False)
     index.add(words, ids)
     meta, arrays = index.snapshot()
-    assert "single_ids" not in arrays and "mih_ids" in arrays
-    v1 = {k: (v.astype(np.int64) if v.dtype == np.int32 else v) for k, v in arrays.items()}
-    v1["single_ids"] = arrays["mih_ids"].copy()
-    save_arrays(tmp_path / "v1", "auto", {"bits": 64, "ntotal": 400, **meta}, v1)
-    manifest = tmp_path / "v1" / "manifest.json"
+    assert "single_ids" not in arrays and "single_words" not in arrays and "mih_ids" in arrays
+    single_meta, single = legacy_single_arrays(words, ids)
+    old = {k: v for k, v in arrays.items() if not k.startswith("single_")}
+    old.update({f"single_{k}": v for k, v in single.items() if k != "ids"})
+    old_meta = {k: v for k, v in meta.items() if k != "single_table"}
+    old_meta["direct"] = single_meta["direct"]
+    if version == 1:
+        old = {k: (v.astype(np.int64) if v.dtype == np.int32 else v) for k, v in old.items()}
+        old["single_ids"] = arrays["mih_ids"].copy()
+    save_arrays(tmp_path / "old", "auto", {"bits": 64, "ntotal": 400, **old_meta}, old)
+    manifest = tmp_path / "old" / "manifest.json"
     doc = json.loads(manifest.read_text())
-    doc["format_version"] = 1
+    doc["format_version"] = version
     manifest.write_text(json.dumps(doc))
-    index.save(tmp_path / "v2")
-    queries = words[:20] ^ np.uint64(3)
+    index.save(tmp_path / "new")
+    queries = np.concatenate([words[:20] ^ np.uint64(3), words[200:210]])
     want = index.range_search(queries, 4)
-    for path in ("v1", "v2"):
+    for path in ("old", "new"):
         loaded = AutoIndex.load(tmp_path / path)
         for mode in ("single", "mih", "scan"):
             got = loaded._index_for(mode).range_search(queries, 4)
             assert all((a == b).all() for a, b in zip(got, want)), (path, mode)
+        assert loaded.single.table.words is loaded.mih.words is loaded.scan.words
     assert loaded.single.table.ids is loaded.mih.ids is loaded.scan.ids
+
+
+@pytest.mark.parametrize("bits", [20, 64, 128])
+def test_format_2_single_snapshot_still_loads(tmp_path, bits):
+    """A version-2 ``single`` snapshot (a bucket table: distinct codes, offsets, ids, slots,
+    filter) loads as an item table over the same items and answers like the index it was
+    written from; the new snapshot stores the items and the slots."""
+    rng = np.random.default_rng(bits)
+    W = (bits + 63) // 64
+    words = rng.integers(0, 2**min(bits, 63), (300, W), dtype=np.uint64)
+    words[150:] = words[:150]
+    ids = rng.permutation(600)[:300].astype(np.int64) - 50
+    index = HammingIndex(bits)
+    index.add(words, ids)
+    meta, arrays = index.snapshot()
+    assert set(arrays) == {"words", "ids", "slots", "bitmap"}
+    single_meta, old = legacy_single_arrays(words, ids, bits)
+    save_arrays(tmp_path / "old", "single",
+                {"bits": bits, "ntotal": 300, "max_probes": index.max_probes, **single_meta}, old)
+    manifest = tmp_path / "old" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["format_version"] = 2
+    manifest.write_text(json.dumps(doc))
+    queries = words[:30] ^ np.uint64(5)
+    for R in (0, 2):
+        want = index.range_search(queries, R)
+        got = HammingIndex.load(tmp_path / "old").range_search(queries, R)
+        assert all((a == b).all() for a, b in zip(got, want)), R

@@ -17,7 +17,7 @@ import numpy as np
 from bucketsearch.index._jit import monotonic_ns, njit
 from bucketsearch.index.fits.paper import T0Estimate
 from bucketsearch.index.fits.regression import CONFIDENCE, t_quantile
-from bucketsearch.index.table import find_bucket, find_bucket_word
+from bucketsearch.index.item_table import find_row, find_word
 
 MICROBENCHMARK = "microbenchmark"
 MICROBENCHMARK_FORMULA = ("t0 = (1 - f) t_empty + f t_nonempty, probes timed apart (f: "
@@ -25,7 +25,7 @@ MICROBENCHMARK_FORMULA = ("t0 = (1 - f) t_empty + f t_nonempty, probes timed apa
 
 
 @njit
-def _time_probes(keys, codes, slots, bitmap, table_shift, filter_shift, direct, repeats):
+def _time_probes(keys, words, slots, fp_bits, direct, bitmap, repeats):
     """Per pass, the mean ns of one lookup of ``keys`` (one- or several-word codes); and the
     lookups that found a bucket."""
     W = keys.shape[1]
@@ -35,29 +35,27 @@ def _time_probes(keys, codes, slots, bitmap, table_shift, filter_shift, direct, 
         t0 = monotonic_ns()
         for i in range(keys.shape[0]):
             if W == 1:
-                b = find_bucket_word(keys[i, 0], codes, slots, bitmap, table_shift,
-                                     filter_shift, direct)
+                b = find_word(keys[i, 0], words, slots, fp_bits, direct, bitmap)
             else:
-                b = find_bucket(keys[i], W, codes, slots, bitmap, table_shift, filter_shift,
-                                direct)
+                b = find_row(keys[i], W, words, slots, fp_bits, direct, bitmap)
             found += b >= 0
         if rep >= 0:
             out[rep] = (monotonic_ns() - t0) / max(keys.shape[0], 1)
     return out, found
 
 
-def _hit_mask(keys, table):
-    """Whether each key is a code of the table (by a sorted search, independent of the hash)."""
-    if not table.distinct_codes:
+def _hit_mask(keys, codes):
+    """Whether each key is one of ``codes`` (by a sorted search, independent of the hash)."""
+    if not len(codes):
         return np.zeros(len(keys), dtype=bool)
-    view_dtype = np.dtype((np.void, 8 * table.codes.shape[1]))
-    a = np.ascontiguousarray(table.codes).view(view_dtype).ravel()
+    view_dtype = np.dtype((np.void, 8 * codes.shape[1]))
+    a = np.ascontiguousarray(codes).view(view_dtype).ravel()
     b = np.ascontiguousarray(keys).view(view_dtype).ravel()
     return np.isin(b, a)
 
 
 def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
-    """Time empty and non-empty probes of a :class:`~bucketsearch.index.table.BucketTable`:
+    """Time empty and non-empty probes of a single table (:class:`~bucketsearch.index.item_table.ItemTable`):
     ``{"empty_ns", "nonempty_ns", "fill", "empty_pass_ns", "nonempty_pass_ns"}`` (means, ``fill``
     the fraction of random codes that hit a bucket, the per-pass means; nan: no such key)."""
     from bucketsearch.index.synth import uniform_codes
@@ -68,15 +66,16 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     keys = uniform_codes(n_keys, table.bits, seed=seed)
     args = table.lookup_args()
     _time_probes(keys[:1], *args, 1)  # compile / warm
-    hits = _hit_mask(keys, table)
+    codes = table.distinct_words()
+    hits = _hit_mask(keys, codes)
     empty = np.ascontiguousarray(keys[~hits])
     out = {"fill": float(hits.mean()), "empty_ns": math.nan, "nonempty_ns": math.nan,
            "empty_pass_ns": [], "nonempty_pass_ns": []}
     if len(empty):
         passes = _time_probes(empty, *args, repeats)[0]
         out["empty_ns"], out["empty_pass_ns"] = float(passes.mean()), passes.tolist()
-    if table.distinct_codes:
-        full = np.ascontiguousarray(table.codes[rng.integers(0, table.distinct_codes, n_keys)])
+    if len(codes):
+        full = np.ascontiguousarray(codes[rng.integers(0, len(codes), n_keys)])
         passes = _time_probes(full, *args, repeats)[0]
         out["nonempty_ns"], out["nonempty_pass_ns"] = float(passes.mean()), passes.tolist()
     return out

@@ -23,8 +23,11 @@ from bucketsearch.index.disk import fsio
 
 #: 2: an ``auto`` snapshot stores the single table's ids once, as the multi-index's ``mih_ids``
 #: (1 stored a copy as ``single_ids``; both are read); offsets and MIH table positions may be
-#: int32. Version 1 snapshots load as before.
-FORMAT_VERSION = 2
+#: int32. 3: the single table (``single`` and auto's) stores the items and int32 slots of
+#: positions (:class:`index.item_table.ItemTable`) instead of distinct codes, offsets, slots and
+#: a filter; auto's stores only ``single_slots``. Versions 1-2 load as before (the single table
+#: indexed again from their items).
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 CHUNK = 1 << 22
 

@@ -1,0 +1,307 @@
+"""Item table: the single-table engine's lookup over the shared items, positions only.
+
+The items are stored once, sorted by (code, id): ``words`` ``(n, W)`` uint64 and ``ids``
+``(n,)`` int64, the arrays an :class:`~index.planner.AutoIndex` shares with its multi-index and
+its scan. A code's bucket is the run of equal rows of ``words`` starting at its first position
+``lo`` (its end found by comparing the next rows: :func:`run_end`). The lookup structure maps a
+code to ``lo``:
+
+* **hashed** (the usual case): ``slots`` ``(M,)`` uint32 (uint64 when positions need more than
+  ``32 - FP_MIN_BITS`` bits), ``M = ceil(SLOTS_PER_CODE * distinct)``, open addressing with
+  linear probing. A code's hash ``h`` (:func:`index.table.hash_words`) gives the product
+  ``p = (h >> 32) * M``: its home slot ``p >> 32`` (Lemire's multiply-shift range reduction, so
+  ``M`` need not be a power of two) and its fingerprint, the top ``fp_bits`` bits of
+  ``p mod 2^32``. A slot holds ``((lo + 1) << fp_bits) | fingerprint``, 0 when empty; a probe
+  compares fingerprints first and reads ``words[lo]`` only on a match, so a miss usually costs
+  the slot loads of one cache line and no item load (``2^-fp_bits`` false matches per occupied
+  slot passed). Before the slots, ``bitmap``, an occupancy filter of ``FILTER_BITS_PER_CODE``
+  bits per distinct code (a blocked Bloom filter: four bits of one uint64 word,
+  :func:`filter_word_bits`), answers most misses with one load (~1% false positives): the
+  probes of radius >= 2 are nearly all misses, and a walk along the slots costs several times
+  the filter's load. Radius-0 lookups, mostly hits, skip it (:func:`probe_word`).
+* **direct** (``bits <= 16``, or ``bits <= DIRECT_MAX_BITS`` with ``2^bits <= 2 * distinct``):
+  ``slots`` ``(2^bits + 1,)`` int32 bucket starts by code value, code ``c``'s items at
+  ``starts[c]:starts[c + 1]`` (one load, no comparison).
+
+Bytes per item at 64 bits, every code distinct: 8 (codes) + 8 (ids) + ``4 * SLOTS_PER_CODE``
+(slots) + ``FILTER_BITS_PER_CODE / 8`` (filter) = 23.5. Only ``slots`` and ``bitmap`` are the
+table's own; ``words`` and ``ids`` are the items.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bucketsearch.index._jit import njit
+from bucketsearch.index.codes import n_words
+from bucketsearch.index.table import HASH_MULTIPLIER, hash_words, sort_items
+
+DIRECT_MAX_BITS = 24
+SLOTS_PER_CODE = 1.5      # load factor 2/3: a hit passes ~2 slots (linear probing), a miss ~5
+FILTER_BITS_PER_CODE = 12  # the occupancy filter: 1.5 bytes per distinct code
+FILTER_HASHES = 4          # bits set per code: ~1% false positives at 12 bits per code
+FILTER_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)  # odd; the filter's bit positions
+FP_MIN_BITS = 6           # fewer fingerprint bits than this in 32-bit slots: 64-bit slots
+FP_MAX_BITS = 32          # the fraction of the range reduction has 32 bits
+
+
+@njit(inline="always")
+def home_and_fingerprint(h, n_slots, fp_bits):
+    """Home slot ``((h >> 32) * M) >> 32`` and fingerprint (the top ``fp_bits`` bits of the
+    product's low 32 bits) of hash ``h``; ``M = n_slots < 2^32``; all uint64 (a signed operand
+    turns numba's arithmetic into float64: 5x slower probes)."""
+    p = (h >> np.uint64(32)) * n_slots
+    fp = (p & np.uint64(0xFFFFFFFF)) >> (np.uint64(32) - fp_bits)
+    return p >> np.uint64(32), fp
+
+
+@njit(inline="always")
+def _probe_slots(h, code, words, slots, fp_bits):
+    """Linear probing from the home of hash ``h`` for one-word ``code``: its first position
+    or -1."""
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    s, fp = home_and_fingerprint(h, n_slots, fpb)
+    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+    while True:
+        e = np.uint64(slots[s])
+        if e == np.uint64(0):
+            return np.int64(-1)
+        if (e & fp_mask) == fp:
+            lo = np.int64(e >> fpb) - 1
+            if words[lo, 0] == code:
+                return lo
+        s += np.uint64(1)
+        if s == n_slots:
+            s = np.uint64(0)
+
+
+@njit(inline="always")
+def _probe_rows(h, cur, W, words, slots, fp_bits):
+    """:func:`_probe_slots` for code ``cur`` of ``W`` words."""
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    s, fp = home_and_fingerprint(h, n_slots, fpb)
+    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+    while True:
+        e = np.uint64(slots[s])
+        if e == np.uint64(0):
+            return np.int64(-1)
+        if (e & fp_mask) == fp:
+            lo = np.int64(e >> fpb) - 1
+            same = True
+            for w in range(W):
+                if words[lo, w] != cur[w]:
+                    same = False
+                    break
+            if same:
+                return lo
+        s += np.uint64(1)
+        if s == n_slots:
+            s = np.uint64(0)
+
+
+@njit(inline="always")
+def filter_word_bits(h, n_words):
+    """Occupancy filter of hash ``h`` (a blocked Bloom filter of ``n_words`` uint64): the word
+    ``((h >> 32) * n_words) >> 32`` and the :data:`FILTER_HASHES` bits it sets there, 6 bits
+    each from the top of ``g = h * FILTER_MULTIPLIER`` (a second hash: the low bits of ``h``
+    depend on the low bits of the code alone)."""
+    one = np.uint64(1)
+    six = np.uint64(63)
+    g = h * FILTER_MULTIPLIER
+    bits = (one << (g >> np.uint64(58))) | (one << ((g >> np.uint64(52)) & six)) | \
+        (one << ((g >> np.uint64(46)) & six)) | (one << ((g >> np.uint64(40)) & six))
+    return ((h >> np.uint64(32)) * np.uint64(n_words)) >> np.uint64(32), bits
+
+
+@njit(inline="always")
+def passes_filter(h, bitmap):
+    """Whether some code with hash ``h`` may be in the table (about 1% false positives at
+    :data:`FILTER_BITS_PER_CODE`; never a false negative)."""
+    f, bits = filter_word_bits(h, len(bitmap))
+    return (bitmap[f] & bits) == bits
+
+
+@njit(inline="always")
+def probe_word(code, words, slots, fp_bits):
+    """:func:`find_word` of a hashed table without the filter (radius 0, where hits are the
+    common case and the filter's load would only add to them)."""
+    return _probe_slots(code * HASH_MULTIPLIER, code, words, slots, fp_bits)
+
+
+@njit(inline="always")
+def find_word(code, words, slots, fp_bits, direct, bitmap):
+    """First position of one-word ``code`` in ``words`` (its bucket's ``lo``), or -1."""
+    if direct:
+        lo = np.int64(slots[code])
+        return lo if np.int64(slots[code + np.uint64(1)]) > lo else np.int64(-1)
+    h = code * HASH_MULTIPLIER
+    if not passes_filter(h, bitmap):
+        return np.int64(-1)
+    return _probe_slots(h, code, words, slots, fp_bits)
+
+
+@njit(inline="always")
+def find_row(cur, W, words, slots, fp_bits, direct, bitmap):
+    """:func:`find_word` for a code of ``W`` words ``cur`` (any width)."""
+    if W == 1:
+        return find_word(cur[0], words, slots, fp_bits, direct, bitmap)
+    h = hash_words(cur, W)
+    if not passes_filter(h, bitmap):
+        return np.int64(-1)
+    return _probe_rows(h, cur, W, words, slots, fp_bits)
+
+
+@njit(inline="always")
+def run_end(words, lo):
+    """End of the run of rows equal to ``words[lo]`` (items sorted by code): its bucket's
+    ``hi``."""
+    n, W = words.shape
+    hi = lo + 1
+    while hi < n:
+        for w in range(W):
+            if words[hi, w] != words[lo, w]:
+                return hi
+        hi += 1
+    return hi
+
+
+@njit
+def run_starts(words):
+    """First position of every run of equal rows of code-sorted ``words`` (int64)."""
+    n, W = words.shape
+    out = np.empty(n, dtype=np.int64)
+    nu = 0
+    for i in range(n):
+        new = i == 0
+        if not new:
+            for w in range(W):
+                if words[i, w] != words[i - 1, w]:
+                    new = True
+                    break
+        if new:
+            out[nu] = i
+            nu += 1
+    return out[:nu].copy()
+
+
+@njit
+def _fill_slots(words, starts, slots, fp_bits, bitmap):
+    """Insert every run start into the hashed ``slots`` (linear probing) and its code into the
+    filter, runs in order: reads sequential, writes random."""
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    W = words.shape[1]
+    for b in range(len(starts)):
+        lo = starts[b]
+        h = words[lo, 0] * HASH_MULTIPLIER if W == 1 else hash_words(words[lo], W)
+        f, bits = filter_word_bits(h, len(bitmap))
+        bitmap[f] |= bits
+        s, fp = home_and_fingerprint(h, n_slots, fpb)
+        while slots[s] != 0:
+            s += np.uint64(1)
+            if s == n_slots:
+                s = np.uint64(0)
+        slots[s] = ((np.uint64(lo) + np.uint64(1)) << fpb) | fp
+
+
+@njit
+def _fill_direct(words, starts):
+    """Bucket starts by code value (one-word codes, ``starts`` zeroed, ``2^bits + 1``)."""
+    n = words.shape[0]
+    for i in range(n):
+        starts[words[i, 0] + np.uint64(1)] += 1
+    for c in range(1, len(starts)):
+        starts[c] += starts[c - 1]
+
+
+def slot_layout(n: int) -> tuple[type, int]:
+    """``(slot dtype, fingerprint bits)`` of a hashed table over ``n`` items: positions + 1 take
+    ``n.bit_length()`` bits, the fingerprint the rest of a 32-bit slot when that leaves at least
+    :data:`FP_MIN_BITS`, else of a 64-bit one (at most :data:`FP_MAX_BITS`)."""
+    pos_bits = max(int(n).bit_length(), 1)
+    if pos_bits + FP_MIN_BITS <= 32:
+        return np.uint32, min(FP_MAX_BITS, 32 - pos_bits)
+    return np.uint64, min(FP_MAX_BITS, 64 - pos_bits)
+
+
+def is_direct(bits: int, distinct: int) -> bool:
+    return bits <= 16 or (bits <= DIRECT_MAX_BITS and (1 << bits) <= 2 * distinct)
+
+
+class ItemTable:
+    """Lookup of code-sorted items (see the module docstring): ``words``, ``ids`` (shared, not
+    copied), ``slots``, and ``fp_bits`` / ``direct`` / ``distinct`` (metadata)."""
+
+    ARRAYS = ("words", "ids", "slots", "bitmap")
+
+    def __init__(self, bits, words, ids, slots, bitmap, fp_bits, direct, distinct):
+        self.bits = int(bits)
+        self.words, self.ids, self.slots, self.bitmap = words, ids, slots, bitmap
+        self.fp_bits = int(fp_bits)
+        self.direct = bool(direct)
+        self.distinct_codes = int(distinct)
+
+    @classmethod
+    def build(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> ItemTable:
+        """Sort the items by (code, id), then :meth:`from_sorted`."""
+        W = n_words(bits)
+        words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, W)
+        return cls.from_sorted(bits, *sort_items(words, ids))
+
+    @classmethod
+    def from_sorted(cls, bits: int, words: np.ndarray, ids: np.ndarray,
+                    layout: tuple | None = None) -> ItemTable:
+        """The table of items already sorted by (code, id) (:func:`index.table.sort_items`),
+        kept as given. ``layout``: a hashed table's ``(slot dtype, fingerprint bits)`` instead
+        of :func:`slot_layout`'s (tests: 64-bit slots, fingerprints that collide)."""
+        W = n_words(bits)
+        if words.dtype != np.uint64 or words.ndim != 2 or not words.flags.c_contiguous:
+            words = np.ascontiguousarray(words, dtype=np.uint64).reshape(-1, W)
+        if ids.dtype != np.int64 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+        n = len(ids)
+        starts = run_starts(words)
+        distinct = len(starts)
+        if layout is None and is_direct(bits, distinct):
+            slots = np.zeros((1 << bits) + 1, dtype=np.int32 if n < 2**31 else np.int64)
+            _fill_direct(words, slots)
+            return cls(bits, words, ids, slots, np.zeros(1, np.uint64), 0, True, distinct)
+        dtype, fp_bits = layout or slot_layout(n)
+        slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * distinct)), dtype=dtype)
+        bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * distinct / 64)),
+                          dtype=np.uint64)
+        _fill_slots(words, starts, slots, fp_bits, bitmap)
+        return cls(bits, words, ids, slots, bitmap, fp_bits, False, distinct)
+
+    @classmethod
+    def from_arrays(cls, bits: int, arrays: dict, meta: dict) -> ItemTable:
+        return cls(bits, arrays["words"], arrays["ids"], arrays["slots"], arrays["bitmap"],
+                   meta["fp_bits"], meta["direct"], meta["distinct"])
+
+    def meta(self) -> dict:
+        return {"fp_bits": self.fp_bits, "direct": self.direct, "distinct": self.distinct_codes}
+
+    def arrays(self) -> dict:
+        return {name: getattr(self, name) for name in self.ARRAYS}
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.ids)
+
+    def distinct_words(self) -> np.ndarray:
+        """The distinct codes ``(distinct, W)``, sorted (a copy made on demand)."""
+        return np.ascontiguousarray(self.words[run_starts(self.words)])
+
+    def bucket_sizes(self) -> np.ndarray:
+        """Items per non-empty bucket, in code order."""
+        return np.diff(np.append(run_starts(self.words), len(self.ids)))
+
+    def memory_bytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays().values())
+
+    def lookup_args(self) -> tuple:
+        """The arguments of :func:`find_row` / :func:`find_word` after the code."""
+        return self.words, self.slots, self.fp_bits, self.direct, self.bitmap
