@@ -458,7 +458,8 @@ def trim_heap(n_items: int) -> None:
     """After a build of ``n_items`` >= :data:`TRIM_MIN_ITEMS`: return the C heap's free pages
     to the system (glibc ``malloc_trim(0)``; elsewhere nothing). A build's temporaries below
     glibc's mmap threshold are freed into the heap, which keeps them resident: about 1 byte per
-    item at 10M (bench/RESULTS.md section 20), counted by no ``memory_bytes``."""
+    item at 10M (bench/RESULTS.md, "The single table by position"), counted by no
+    ``memory_bytes``."""
     if n_items < TRIM_MIN_ITEMS:
         return
     try:
