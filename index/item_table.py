@@ -6,8 +6,8 @@ its scan. A code's bucket is the run of equal rows of ``words`` starting at its 
 ``lo`` (its end found by comparing the next rows: :func:`run_end`). The lookup structure maps a
 code to ``lo``:
 
-* **hashed** (the usual case): ``slots`` ``(M,)`` uint32 (uint64 when positions need more than
-  ``32 - FP_MIN_BITS`` bits), ``M = ceil(SLOTS_PER_CODE * distinct)``, open addressing with
+* **hashed** (the usual case): ``slots`` ``(M,)`` uint32 (uint64 from 2^31 items),
+  ``M = ceil(SLOTS_PER_CODE * distinct)``, open addressing with
   linear probing. A code's hash ``h`` (:func:`index.table.hash_words`) gives the product
   ``p = (h >> 32) * M``: its home slot ``p >> 32`` (Lemire's multiply-shift range reduction, so
   ``M`` need not be a power of two) and its fingerprint, the top ``fp_bits`` bits of
@@ -20,7 +20,7 @@ code to ``lo``:
   probes of radius >= 2 are nearly all misses, and a walk along the slots costs several times
   the filter's load. Radius-0 lookups, mostly hits, skip it (:func:`probe_word`).
 * **direct** (``bits <= 16``, or ``bits <= DIRECT_MAX_BITS`` with ``2^bits <= 2 * distinct``):
-  ``slots`` ``(2^bits + 1,)`` int32 bucket starts by code value, code ``c``'s items at
+  ``slots`` ``(2^bits + 1,)`` bucket starts by code value (the same dtype), code ``c``'s items at
   ``starts[c]:starts[c + 1]`` (one load, no comparison).
 
 Bytes per item at 64 bits, every code distinct: 8 (codes) + 8 (ids) + ``4 * SLOTS_PER_CODE``
@@ -42,7 +42,6 @@ SLOTS_PER_CODE = 1.5      # load factor 2/3: a hit passes ~2 slots (linear probi
 FILTER_BITS_PER_CODE = 12  # the occupancy filter: 1.5 bytes per distinct code
 FILTER_HASHES = 4          # bits set per code: ~1% false positives at 12 bits per code
 FILTER_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)  # odd; the filter's bit positions
-FP_MIN_BITS = 6           # fewer fingerprint bits than this in 32-bit slots: 64-bit slots
 FP_MAX_BITS = 32          # the fraction of the range reduction has 32 bits
 
 
@@ -217,14 +216,20 @@ def _fill_direct(words, starts):
         starts[c] += starts[c - 1]
 
 
+def slot_dtype(n: int) -> type:
+    """Slots (hashed) and bucket starts (direct) of a table over ``n`` items: uint32 below 2^31
+    items, else uint64. One type up to 2^31, whatever the size and the mode: the kernels'
+    compiled signatures, which the server's warm-up compiles on small indexes, stay the same."""
+    return np.uint32 if n < 2**31 else np.uint64
+
+
 def slot_layout(n: int) -> tuple[type, int]:
     """``(slot dtype, fingerprint bits)`` of a hashed table over ``n`` items: positions + 1 take
-    ``n.bit_length()`` bits, the fingerprint the rest of a 32-bit slot when that leaves at least
-    :data:`FP_MIN_BITS`, else of a 64-bit one (at most :data:`FP_MAX_BITS`)."""
-    pos_bits = max(int(n).bit_length(), 1)
-    if pos_bits + FP_MIN_BITS <= 32:
-        return np.uint32, min(FP_MAX_BITS, 32 - pos_bits)
-    return np.uint64, min(FP_MAX_BITS, 64 - pos_bits)
+    ``n.bit_length()`` bits, the fingerprint the rest of the slot (at most
+    :data:`FP_MAX_BITS`; 8 bits at 10M items, 5 at 100M, 1 just under 2^31)."""
+    dtype = slot_dtype(n)
+    width = 8 * np.dtype(dtype).itemsize
+    return dtype, min(FP_MAX_BITS, width - max(int(n).bit_length(), 1))
 
 
 def is_direct(bits: int, distinct: int) -> bool:
@@ -266,7 +271,7 @@ class ItemTable:
         starts = run_starts(words)
         distinct = len(starts)
         if layout is None and is_direct(bits, distinct):
-            slots = np.zeros((1 << bits) + 1, dtype=np.int32 if n < 2**31 else np.int64)
+            slots = np.zeros((1 << bits) + 1, dtype=slot_dtype(n))
             _fill_direct(words, slots)
             return cls(bits, words, ids, slots, np.zeros(1, np.uint64), 0, True, distinct)
         dtype, fp_bits = layout or slot_layout(n)

@@ -274,10 +274,11 @@ def test_item_table_finds_every_code_and_no_other(bits, n, spread, layout, seed)
     assert table.slots.dtype == (layout[0] if layout else np.uint32)
 
 
-def test_slot_layout_keeps_a_fingerprint_in_32_bits_up_to_2_26_items():
+def test_slot_layout_keeps_32_bit_slots_with_a_fingerprint_below_2_31_items():
     assert slot_layout(10_000_000) == (np.uint32, 8)
-    assert slot_layout(2**26 - 1) == (np.uint32, 6)
-    assert slot_layout(2**26) == (np.uint64, 32)
+    assert slot_layout(100_000_000) == (np.uint32, 5)
+    assert slot_layout(2**31 - 1) == (np.uint32, 1)
+    assert slot_layout(2**31) == (np.uint64, 32)
     assert slot_layout(0) == (np.uint32, 31)
 
 
@@ -481,7 +482,7 @@ def test_item_table_from_its_arrays_finds_the_same(bits, n, seed):
     codes = rng.integers(0, 2**min(bits, 12), n, dtype=np.uint64).reshape(-1, 1)
     ids = rng.permutation(n).astype(np.int64) * 3 - 7
     table = ItemTable.from_sorted(bits, *sort_items(codes, ids))
-    assert table.slots.dtype == (np.int32 if table.direct else np.uint32)
+    assert table.slots.dtype == np.uint32  # direct or hashed: one type for the kernels
     loaded = ItemTable.from_arrays(bits, table.arrays(), table.meta())
     xq = np.concatenate([codes, rng.integers(0, 2**min(bits, 12), (20, 1), dtype=np.uint64)])
     for got in (table, loaded):
