@@ -206,7 +206,7 @@ def test_the_check_sees_what_a_start_without_warm_up_compiles(tmp_path):
     result = run_check(tmp_path / "data", "--no-warmup", "--quick")
     assert {"bucketsearch.app.encode._csr_json", "bucketsearch.index.probe._probe_kernel",
             "bucketsearch.index.scan._scan_kernel",
-            "bucketsearch.index.table._fill_hash"} <= set(result["new"])
+            "bucketsearch.index.item_table._fill_slots"} <= set(result["new"])
 
 
 def test_start_up_phases_are_in_the_uvicorn_log(tmp_path):
