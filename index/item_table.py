@@ -1,16 +1,16 @@
 """Item table: the single-table engine's lookup over the shared items, positions only.
 
 The items are stored once, sorted by (code, id): ``words`` ``(n, W)`` uint64 and ``ids``
-``(n,)`` int64, the arrays an :class:`~index.planner.AutoIndex` shares with its multi-index and
-its scan. A code's bucket is the run of equal rows of ``words`` starting at its first position
-``lo`` (its end found by comparing the next rows: :func:`run_end`). The lookup structure maps a
-code to ``lo``:
+``(n,)`` int64, the arrays an :class:`~bucketsearch.index.planner.AutoIndex` shares with its
+multi-index and its scan. A code's bucket is the run of equal rows of ``words`` starting at its
+first position ``lo`` (its end found by comparing the next rows: :func:`run_end`). The lookup
+structure maps a code to ``lo``:
 
 * **hashed** (the usual case): ``slots`` ``(M,)`` uint32 (uint64 from 2^31 items),
-  ``M = ceil(SLOTS_PER_CODE * distinct)``, open addressing with
-  linear probing. A code's hash ``h`` (:func:`index.table.hash_words`) gives the product
-  ``p = (h >> 32) * M``: its home slot ``p >> 32`` (Lemire's multiply-shift range reduction, so
-  ``M`` need not be a power of two) and its fingerprint, the top ``fp_bits`` bits of
+  ``M = ceil(SLOTS_PER_CODE * distinct)``, open addressing with linear probing. A code's hash
+  ``h`` (:func:`bucketsearch.index.table.hash_words`) gives the product ``p = (h >> 32) * M``:
+  its home slot ``p >> 32`` (Lemire's multiply-shift range reduction, so ``M`` need not be a
+  power of two) and its fingerprint, the top ``fp_bits`` bits of
   ``p mod 2^32``. A slot holds ``((lo + 1) << fp_bits) | fingerprint``, 0 when empty; a probe
   compares fingerprints first and reads ``words[lo]`` only on a match, so a miss usually costs
   the slot loads of one cache line and no item load (``2^-fp_bits`` false matches per occupied
@@ -259,8 +259,9 @@ class ItemTable:
     @classmethod
     def from_sorted(cls, bits: int, words: np.ndarray, ids: np.ndarray,
                     layout: tuple | None = None) -> ItemTable:
-        """The table of items already sorted by (code, id) (:func:`index.table.sort_items`),
-        kept as given. ``layout``: a hashed table's ``(slot dtype, fingerprint bits)`` instead
+        """The table of items already sorted by (code, id)
+        (:func:`bucketsearch.index.table.sort_items`), kept as given. ``layout``: a hashed
+        table's ``(slot dtype, fingerprint bits)`` instead
         of :func:`slot_layout`'s (tests: 64-bit slots, fingerprints that collide)."""
         W = n_words(bits)
         if words.dtype != np.uint64 or words.ndim != 2 or not words.flags.c_contiguous:

@@ -2,9 +2,10 @@
 
 A radius-``r`` probe enumerates all ``C(Q, r)`` codes at Hamming distance exactly ``r`` from the
 query (XOR masks of ``r`` bit positions, next-combination order) and looks each up in the
-:class:`~bucketsearch.index.item_table.ItemTable`. Range search probes radii ``0..R`` (radius inclusive:
-``d <= R``); k-NN probes radius after radius until ``k`` items are found, finishing the last
-radius so that ties are broken exactly by (distance, id) (the bucket search of Jiang, Li & Li).
+:class:`~bucketsearch.index.item_table.ItemTable`. Range search probes radii ``0..R`` (radius
+inclusive: ``d <= R``); k-NN probes radius after radius until ``k`` items are found, finishing
+the last radius so that ties are broken exactly by (distance, id) (the bucket search of Jiang, Li
+& Li).
 
 Per query and radius the kernel records ``probes`` (= ``C(Q, r)``), ``nonempty_buckets``,
 ``empty_buckets``, ``items`` and ``lookup_ns`` (``clock_gettime(CLOCK_MONOTONIC)`` read inside
@@ -528,7 +529,8 @@ class HammingIndex(IndexBase):
 
     def memory_arrays(self) -> dict:
         """Every array the index holds, by identity (``id(array)``), so a holder of several
-        engines sharing arrays counts each once (:meth:`bucketsearch.index.planner.AutoIndex.memory_bytes`)."""
+        engines sharing arrays counts each once
+        (:meth:`bucketsearch.index.planner.AutoIndex.memory_bytes`)."""
         return {id(a): a for a in self.table.arrays().values()}
 
     def probe_count(self, max_distance: int, nq: int = 1) -> int:

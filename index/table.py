@@ -16,7 +16,7 @@ For ``Q <= DIRECT_MAX_BITS`` (and codes dense enough) the table is direct-addres
 ``slots`` has ``2^Q`` entries indexed by the code value itself, and there is no bitmap.
 
 The multi-index's substring tables and the join's tables are bucket tables; the single-table
-engine indexes its items by position instead (:mod:`index.item_table`).
+engine indexes its items by position instead (:mod:`bucketsearch.index.item_table`).
 """
 from __future__ import annotations
 

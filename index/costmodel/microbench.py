@@ -55,7 +55,8 @@ def _hit_mask(keys, codes):
 
 
 def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
-    """Time empty and non-empty probes of a single table (:class:`~bucketsearch.index.item_table.ItemTable`):
+    """Time empty and non-empty probes of a single table
+    (:class:`~bucketsearch.index.item_table.ItemTable`):
     ``{"empty_ns", "nonempty_ns", "fill", "empty_pass_ns", "nonempty_pass_ns"}`` (means, ``fill``
     the fraction of random codes that hit a bucket, the per-pass means; nan: no such key)."""
     from bucketsearch.index.synth import uniform_codes
