@@ -381,7 +381,7 @@ def test_a_corrupt_snapshot_falls_back_and_a_corrupt_log_isolates_its_index(tmp_
             c.post(f"/v1/indexes/{name}/merge")
             c.post(f"/v1/indexes/{name}/items", json={"ids": [3], "codes": ["0f0f"]})
         c.post("/v1/indexes/e/items", json={"ids": [4], "codes": ["0f0e"]})
-    victim = sorted(data.glob("indexes/c.*/snap-*/main/*.npy"))[0]
+    victim = sorted(data.glob("indexes/c.*/snap-*/*.npy"))[0]
     raw = bytearray(victim.read_bytes())
     raw[-1] ^= 0xFF
     victim.write_bytes(bytes(raw))
