@@ -732,7 +732,7 @@ class ShardedLive:
         copies (one state of the whole index). Returns each shard's item count."""
         with self._write_lock:
             self._settle()
-            return _get([a.job_snapshot.remote(str(Path(folder) / f"shard-{i}"))
+            return _get([a.job_snapshot.remote(str(shard_folder(folder, i)))
                          for i, a in enumerate(self.actors)], "job snapshot")
 
     def merge(self) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.index.disk import fsio, store
+from bucketsearch.index.storage.layout import shard_folder
 
 #: a pair on disk: the records of ``app.jobs.RECORDS["pairs"]``
 PAIR_RECORD = np.dtype([("a", "<i8"), ("b", "<i8"), ("d", "<i4")])
@@ -42,8 +43,6 @@ class Task:
         return f"{self.i}-{self.j}"
 
 
-def shard_folder(job_dir, i: int) -> Path:
-    return Path(job_dir) / f"shard-{i}"
 
 
 def task_path(job_dir, task_name: str, suffix: str = ".bin") -> Path:

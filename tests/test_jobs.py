@@ -286,14 +286,18 @@ def test_a_crash_during_the_table_phase_resumes_from_the_search_checkpoint(tmp_p
 def test_sigkill_mid_job_resumes_and_never_serves_a_partial_result(bucketsearch_server_factory,
                                                                    tmp_path):
     srv = bucketsearch_server_factory(tmp_path / "data")
-    bits, radius, n = 32, 4, 300_000
+    bits, radius, n = 32, 4, 600_000
     words = codes(np.random.default_rng(5), n, bits, dup_every=3)
     with Client(srv.url) as c:
         c.create_index("x", bits)
         c.add("x", words, ids=np.arange(n))
         job = c.start_job("x", radius, "pairs")
-        time.sleep(2.0)
-        assert c.job(job["id"])["state"] == "running"
+        # the kill lands as soon as the job is under way (a fixed sleep of 2 s outlasted the
+        # whole job on a quiet machine)
+        deadline = time.monotonic() + 60
+        while (info := c.job(job["id"]))["elapsed_s"] < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert info["state"] == "running", info
         with pytest.raises(Conflict):  # no partial result is ever served
             next(c.job_result(job["id"]))
     srv.kill()

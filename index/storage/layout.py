@@ -113,5 +113,7 @@ def snapshot_leftovers(directory: Path) -> list[Path]:
 
 
 def shard_folder(folder: Path, shard: int) -> Path:
-    """The index folder of shard ``shard`` inside a sharded index's folder."""
+    """The folder of shard ``shard`` inside ``folder``: a sharded index's folder (the shard's
+    own index folder), or a near-duplicate job's (the copy of the shard's items at the job's
+    start)."""
     return Path(folder) / f"shard-{shard}"
