@@ -28,7 +28,8 @@ import numpy as np
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.join import (DEFAULT_CHUNK_SIZE, DEFAULT_MEMORY_PAIRS, JoinPrediction,
                                      JoinStats, PairChunk, _check_positive, _check_radius,
-                                     _chunked, _pairs, _predict, _SortedRuns, clock, live_items)
+                                     _chunked, _emit_sorted, _pairs, _predict, _SortedRuns, clock,
+                                     live_items)
 
 #: queries per range search of a cross join (bounds the answers held at once)
 CROSS_BATCH = 4_096
@@ -166,12 +167,7 @@ def _cross_blocks(words_q, rows_q, words_t, rows_t, bits, R, stats, memory_pairs
                 stats.candidates = stats.pairs
                 stats.progress = min(s + batch, len(rows_q)) / len(rows_q)
         stats.progress = 1.0
-        t0 = clock()
-        for block in sink.sorted_blocks(max(chunk_size, 1 << 16)):
-            stats.phase("emit", t0)
-            yield block
-            t0 = clock()
-        stats.phase("emit", t0)
+        yield from _emit_sorted(sink, stats, chunk_size)
     finally:
         sink.close()
 
