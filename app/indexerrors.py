@@ -3,6 +3,8 @@ own so the modules the registry opens (the sharded index, its shard actors) rais
 importing the registry: no import circle."""
 from __future__ import annotations
 
+from bucketsearch.index.errors import IndexUnavailable  # noqa: F401 -- raised by the index
+
 
 class IndexNotFound(LookupError):
     def __init__(self, name: str):
@@ -30,15 +32,10 @@ class NotOnShards(LookupError):
 
 
 def require_in_process(entry, what: str) -> None:
-    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (app/shards.py)."""
+    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors
+    (index/cluster/shards.py)."""
     if getattr(entry.live, "sharded", False):
         raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
                           f"{entry.live.n} shards ({what} reads the index's arrays in one "
                           "process; docs/scale-out.md lists what a sharded index serves)")
 
-
-class IndexUnavailable(OSError):
-    """The index exists but could not be opened (HTTP 503 with the reason and
-    ``Retry-After: retry_after_s``)."""
-
-    retry_after_s = 30  # an index that failed to open: a repair or restart, not seconds away

@@ -1,6 +1,8 @@
-"""The errors of near-duplicate jobs (app/jobs.py, app/shardjobs.py), in a module of their own so
-that the sharded job's coordinator raises them without importing the job manager."""
+"""The errors of near-duplicate jobs (app/jobs.py; ``JobFailed`` is the index's, raised by the
+sharded job's coordinator index/cluster/shardjobs.py too)."""
 from __future__ import annotations
+
+from bucketsearch.index.errors import JobFailed
 
 
 class JobNotFound(LookupError):
@@ -9,10 +11,6 @@ class JobNotFound(LookupError):
 
 class JobConflict(LookupError):
     """A job limit or a job in the wrong state for the request (409)."""
-
-
-class JobFailed(RuntimeError):
-    """A job stopped on a limit or a bad input (its reason)."""
 
 
 __all__ = ["JobConflict", "JobFailed", "JobNotFound"]

@@ -34,7 +34,8 @@ it).
 
 A sharded index (``serve --shards N``): every shard copies its items to ``shard-<i>/`` at start
 and the join runs as tasks (each shard, every pair of shards) on the shard actors, each task's
-pairs a whole file once done (the checkpoint), merged into ``pairs.part``: :mod:`app.shardjobs`.
+pairs a whole file once done (the checkpoint), merged into ``pairs.part``:
+:mod:`index.cluster.shardjobs`.
 """
 from __future__ import annotations
 
@@ -103,14 +104,15 @@ class Job:
     prediction: dict | None = None
     join: dict | None = None  # the join's figures when it ended: algorithm, phases measured
     # against modeled, counts (index.join.JoinStats.to_dict)
-    shards: dict | None = None  # a sharded index's job: n, partitioning, sizes (app/shardjobs)
+    shards: dict | None = None  # a sharded index's job: n, partitioning, sizes
+    # (index/cluster/shardjobs.py)
     # runtime only
     stats: object = field(default=None, repr=False)
     thread: threading.Thread | None = field(default=None, repr=False)
     stop: str | None = field(default=None, repr=False)  # "cancel" or "shutdown"
     live_pairs: int = field(default=0, repr=False)
     live_min_id: int = field(default=0, repr=False)
-    live_items_done: int = field(default=0, repr=False)  # a sharded job's (app/shardjobs.py)
+    live_items_done: int = field(default=0, repr=False)  # a sharded job's (cluster/shardjobs)
     source: object = field(default=None, repr=False)  # the index's live (a sharded job's tasks)
 
     SAVED = ("id", "index", "index_folder", "radius", "output", "bits", "items", "created_at",
@@ -186,7 +188,7 @@ class JobManager:
     def start(self, entry, radius: int, output: str) -> Job:
         """Start a job on ``entry``'s current state: its items are copied to the job folder
         (the state it reads), then the join runs in a thread (a sharded index: every shard's
-        items, copied by the shard actors, :mod:`app.shardjobs`)."""
+        items, copied by the shard actors, :mod:`index.cluster.shardjobs`)."""
         if self.settings.read_only:
             raise PermissionError("the server is read-only: jobs run on the writer")
         if output not in OUTPUTS:
@@ -211,7 +213,7 @@ class JobManager:
             fsio.mkdir(self.folder(job))
             job.source = entry.live
             if getattr(entry.live, "sharded", False):
-                from bucketsearch.app import shardjobs
+                from bucketsearch.index.cluster import shardjobs
                 job.shards = shardjobs.snapshot(entry.live, self.folder(job))
                 job.items = sum(job.shards["sizes"])
             else:
@@ -300,7 +302,7 @@ class JobManager:
             if job.stop is not None:  # cancelled or shut down before the thread ran
                 job.stats.cancel()
             if job.shards is not None:
-                from bucketsearch.app import shardjobs
+                from bucketsearch.index.cluster import shardjobs
                 ids = shardjobs.run(self, job, job.source)
             elif job.checkpoint.get("min_id") is None:  # every pair written before a restart
                 ids = np.asarray(self._items(job).ids)

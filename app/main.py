@@ -20,7 +20,7 @@ from bucketsearch.app.guard import AccessPolicy, Guard
 from bucketsearch.app.jobs import JobManager
 from bucketsearch.app.metrics import AppMetrics, RequestMetricsMiddleware
 from bucketsearch.app.openapi import document_guard
-from bucketsearch.app.raysession import stop_ray
+from bucketsearch.index.cluster.raysession import stop_ray
 from bucketsearch.app.registry import Registry
 from bucketsearch.app.routers import (advise, audit, costmodel, dashboard, evaluate, health,
                                       indexes, jobs, sample, search, ui)

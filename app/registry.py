@@ -134,7 +134,7 @@ class Registry:
     def _open_live(self, folder: Path, meta: dict) -> Entry:
         s = self.settings
         if meta.get("shards"):  # a sharded index (issue 14): shard actors on Ray
-            from bucketsearch.app import shards
+            from bucketsearch.index.cluster import shards
             if not s.shards or s.read_only:
                 raise IndexUnavailable(f"index {meta['name']!r} is split over {meta['shards']} "
                                        "shards: serve it with 'bucketsearch serve --shards N' "
@@ -275,11 +275,11 @@ class Registry:
                fill=None, partitioning: str = "id_hash") -> Entry:
         """Create an index, atomically; ``fill(folder)`` writes its files first (restore).
         A sharded server (``shards`` > 0) splits it over that many shards by
-        ``partitioning`` (app/shards.py)."""
+        ``partitioning`` (index/cluster/shards.py)."""
         catalog.check_name(name)
         sharding = {}
         if self.settings.shards and fill is None:
-            from bucketsearch.app.partitioning import PARTITIONINGS, prefix_bits
+            from bucketsearch.index.cluster.partitioning import PARTITIONINGS, prefix_bits
             if partitioning not in PARTITIONINGS:
                 raise ValueError(f"partitioning must be one of {PARTITIONINGS}, got "
                                  f"{partitioning!r}")

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
                                          "stop): a killed server loses at most this much")
     shards: int = Field(
         0, ge=0, le=1024, description="serve --shards N: new indexes are split over N shard "
-                                      "actors on Ray (0: one in-process index; app/shards.py)")
+                                      "actors on Ray (0: one in-process index; index/cluster/)")
     ray_address: str | None = Field(
         None, description="serve --ray-address: the Ray cluster of the shard actors (unset: a "
                           "local Ray is started)")

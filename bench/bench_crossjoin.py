@@ -1,4 +1,4 @@
-"""The join of a sharded index's two shards (issue 27, app/shardjobs.py): the self-join of each
+"""The join of a sharded index's two shards (issue 27, index/cluster/): the self-join of each
 half plus their cross join (index/crossjoin.py, ``union`` and ``search``) against one self-join of
 all the items, in one process, one thread, the same codes.
 
@@ -20,7 +20,7 @@ import time
 import numpy as np
 from bench_join import planted_codes
 
-from bucketsearch.app.partitioning import id_shard
+from bucketsearch.index.cluster.partitioning import id_shard
 from bucketsearch.index import join
 from bucketsearch.index.crossjoin import cross_pairs
 from bucketsearch.index.scan import LinearScan

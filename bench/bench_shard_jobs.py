@@ -1,4 +1,4 @@
-"""A near-duplicate job on a 2-shard index (app/shardjobs.py, a local Ray) against the same job on
+"""A near-duplicate job on a 2-shard index (index/cluster/, a local Ray) against the same job on
 one unsharded live index (app/jobs.py), the same codes, one process driving both.
 
 Data: bench_join's planted codes (``--n`` 64-bit items, r = 3). Figures: wall seconds from the
@@ -24,7 +24,7 @@ from bench_join import planted_codes
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from helpers import app_settings  # noqa: E402
 
-from bucketsearch.app import shards  # noqa: E402
+from bucketsearch.index.cluster import shards  # noqa: E402
 from bucketsearch.app.jobs import JobManager  # noqa: E402
 from bucketsearch.index.storage.live import LiveIndex  # noqa: E402
 

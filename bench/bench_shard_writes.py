@@ -1,4 +1,4 @@
-"""What all-or-nothing sharded writes cost (issue 31, app/shardwrites.py).
+"""What all-or-nothing sharded writes cost (issue 31, index/cluster/shardwrites.py).
 
 For each batch size, the latency of a sharded insert through :meth:`ShardedLive.add` (the
 protocol: before-images from every shard, the intent fsynced, the parts, the intent removed
@@ -34,8 +34,8 @@ def main(argv=None) -> int:
 
     import ray
 
-    from bucketsearch.app.partitioning import id_shard
-    from bucketsearch.app.shards import ShardedLive
+    from bucketsearch.index.cluster.partitioning import id_shard
+    from bucketsearch.index.cluster.shards import ShardedLive
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="WARNING")
     rng = np.random.default_rng(0)
     rows = []

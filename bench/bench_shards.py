@@ -80,7 +80,7 @@ def main(argv=None) -> int:
 
     import ray
 
-    from bucketsearch.app.shards import ShardedLive
+    from bucketsearch.index.cluster.shards import ShardedLive
     from bucketsearch.index.costmodel import shards as model
     from bucketsearch.index.storage.live import LiveIndex
 

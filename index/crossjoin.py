@@ -1,6 +1,6 @@
 """Cross join: every pair of one item of one set and one item of another within Hamming radius R,
 exactly once, streamed in (a, b) order like :func:`index.join.pairs` (the join of two shards of
-one index: ``app/shardjobs.py``).
+one index: ``index/cluster/shardjobs.py``).
 
 Two methods (``method="auto"`` picks ``union`` unless one side has more than
 :data:`UNION_RATIO` times the items of the other):

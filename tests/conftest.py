@@ -4,7 +4,7 @@
 * ``bucketsearch_server_factory``: real servers (uvicorn in a subprocess), ready once
   ``/readyz`` answers 200, killed after. In-process apps: ``with helpers.app_client(dir):``.
 * ``ray_local``: a local Ray (``num_cpus=2``) for a test module's shard actors
-  (``app/shards.py``), started once per module unless one runs already, shut down after.
+  (``index/cluster/shards.py``), started once per module unless one runs already, shut down after.
 
 ``HYPOTHESIS_MAX_EXAMPLES=N`` caps every hypothesis test at N examples (``make
 coverage-kernels`` runs the kernels as plain Python, ``NUMBA_DISABLE_JIT=1``, where the

@@ -220,7 +220,7 @@ class ShardedServer(ServerProcess):
 
 def ray_processes(pid: int) -> dict[int, str]:
     """``{pid: command}`` of the running processes below ``pid`` (Ray's, for a server)."""
-    from bucketsearch.app.raysession import alive, descendants
+    from bucketsearch.index.cluster.raysession import alive, descendants
     out = {}
     for p in descendants(pid):
         try:
@@ -235,7 +235,7 @@ def ray_processes(pid: int) -> dict[int, str]:
 
 def kill_left(procs: dict[int, str]) -> dict[int, str]:
     """SIGKILL those of ``procs`` still running; returns them."""
-    from bucketsearch.app.raysession import alive
+    from bucketsearch.index.cluster.raysession import alive
     left = {p: cmd for p, cmd in procs.items() if alive(p)}
     for pid in left:
         os.kill(pid, signal.SIGKILL)

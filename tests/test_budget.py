@@ -173,7 +173,7 @@ def test_a_small_search_with_a_huge_answer_does_not_run_on_the_event_loop(tmp_pa
 
 
 def test_a_main_without_arrays_is_bounded_by_its_size():
-    """A sharded index's state has counts only (app/shards.py ShardMain): the largest bucket
+    """A sharded index's state has counts only (index/cluster ShardMain): the largest bucket
     is then bounded by the item count, never an AttributeError (a 500)."""
     from types import SimpleNamespace
     main = SimpleNamespace(ntotal=1000, max_probes=10**7, probe_count=lambda r, nq=1: 65)

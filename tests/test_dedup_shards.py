@@ -1,4 +1,4 @@
-"""Dedup on ingest over a sharded index (app/shards.py ShardedLive.add_dedup, both
+"""Dedup on ingest over a sharded index (index/cluster/shards.py ShardedLive.add_dedup, both
 partitionings, 2 shards on a local Ray): the literal twin's answer, and nothing written twice."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from bucketsearch.index.codes import pack_bits
 
 ray = pytest.importorskip("ray")
-shards = pytest.importorskip("bucketsearch.app.shards")
+shards = pytest.importorskip("bucketsearch.index.cluster.shards")
 pytestmark = pytest.mark.timeout(600)
 BITS, RADIUS = 16, 2
 

@@ -120,6 +120,7 @@ FLOORS = {
     "bucketsearch.index.metrics": 2,  # the metric formulas
     "bucketsearch.index.storage": 2,  # the live index: state, log, snapshots, recovery
     "bucketsearch.index.evaluation": 3,  # everything built on the formulas (the eval command)
+    "bucketsearch.index.cluster": 3,  # a sharded index on Ray: ingress, shard actors, jobs
 }
 #: arrows that run up, each with its reason (none: the planner's fits moved to fits/)
 KNOWN_UPWARD: set[tuple[str, str]] = set()

@@ -1,4 +1,4 @@
-"""Near-duplicate jobs on a sharded index (issue 27 item 4, app/shardjobs.py): 2 shard actors on a
+"""Near-duplicate jobs on a sharded index (issue 27 item 4, index/cluster): 2 shard actors on a
 local Ray, both partitionings, main + pending delta + deletes.
 
 * pairs, clusters and keep-lists equal brute force and an unsharded index's job on the same
@@ -23,14 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from helpers import ShardedServer, add_codes, app_settings, create_index, kill_left, ray_processes
 
-from bucketsearch.app import shardjobs, shardtasks
+from bucketsearch.index.cluster import shardjobs, shardtasks
 from bucketsearch.app.jobs import RECORDS, JobManager
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.disk import fsio
 from bucketsearch.index.storage.live import LiveIndex
 
 ray = pytest.importorskip("ray")
-shards = pytest.importorskip("bucketsearch.app.shards")
+shards = pytest.importorskip("bucketsearch.index.cluster.shards")
 pytestmark = pytest.mark.timeout(900)
 BITS = 32
 

@@ -1,4 +1,4 @@
-"""Sharded indexes on Ray (issue 14, app/shards.py): answers identical to one unsharded index,
+"""Sharded indexes on Ray (issue 14, index/cluster/): answers identical to one unsharded index,
 a shard actor killed during writes, and ``bucketsearch serve --shards 2`` end to end.
 
 One local Ray for the module (``num_cpus=2``); the shard actors of the property test are made
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.app import partitioning, shardwrites
+from bucketsearch.index.cluster import partitioning, shardwrites
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.storage import fsio
 from bucketsearch.index.storage.live import LiveIndex
@@ -25,7 +25,7 @@ from helpers import kill_left as _kill_left
 from helpers import ray_processes as _ray_processes
 
 ray = pytest.importorskip("ray")
-shards = pytest.importorskip("bucketsearch.app.shards")
+shards = pytest.importorskip("bucketsearch.index.cluster.shards")
 
 BITS = 16  # small codes: every radius finds items, k-NN meets ties
 
@@ -457,7 +457,7 @@ def test_cost_model_of_the_partitionings():
     assert model.fanout_crossover(64, 3, costs, "id_hash") == 3
 
 
-# ------------------------------------------------------- all-or-nothing writes (app/shardwrites)
+# ---------------------------------------------- all-or-nothing writes (cluster/shardwrites)
 A, B, C = 0x0001, 0x8001, 0x0002  # 16 bits, 2 shards: the top bit is the shard (A, C: 0; B: 1)
 
 

@@ -1,4 +1,4 @@
-"""Partitioning of a sharded index's items (app/shards.py): ``id_hash`` places an item by a
+"""Partitioning of a sharded index's items (shards.py): ``id_hash`` places an item by a
 hash of its id, ``code_prefix`` by the first ``log2(N)`` bits of its code, which the shard
 then drops (a shard of a ``code_prefix`` index holds ``(Q - P)``-bit codes)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""All-or-nothing writes across shards (app/shards.py): the ingress's intent record.
+"""All-or-nothing writes across shards (shards.py): the ingress's intent record.
 
 A sharded write (add, upsert, delete) touches several shards, each with a write-ahead log of
 its own; a shard can fsync its part and die before it answers. The ingress makes the write

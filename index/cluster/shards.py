@@ -29,7 +29,7 @@ Failure: the actors are created with ``max_restarts=-1``; a restarted actor reop
 :class:`ShardUnavailable` (an :class:`~app.registry.IndexUnavailable`: HTTP 503 with
 Retry-After); no partial answer is ever returned. Writes are all or nothing across the
 shards: an intent with the before-images at the ingress, undone on every shard when any part
-fails, before any shard serves again (:mod:`app.shardwrites`).
+fails, before any shard serves again (:mod:`index.cluster.shardwrites`).
 """
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.app import shardwrites
-from bucketsearch.app.partitioning import (PARTITIONINGS, id_shard, join_prefix,
+from bucketsearch.index.cluster import shardwrites
+from bucketsearch.index.cluster.partitioning import (PARTITIONINGS, id_shard, join_prefix,
                                             popcount_small, prefix_bits, split_prefix)
-from bucketsearch.app.raysession import ensure_ray  # noqa: F401 -- the registry's entry
-from bucketsearch.app.indexerrors import IndexUnavailable
-from bucketsearch.app.shardserver import ShardError, ShardServer
+from bucketsearch.index.cluster.raysession import ensure_ray  # noqa: F401 -- the registry's entry
+from bucketsearch.index.errors import IndexUnavailable
+from bucketsearch.index.cluster.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.probe import ResultLimitError
@@ -178,7 +178,7 @@ class ShardedLive:
         self._probe_cache: dict = {}
         self._totals: dict = {}
         self.follow_interval_s = float(follow_interval_s)
-        # a failed write not undone yet (app/shardwrites.py): every request finishes it first
+        # a failed write not undone yet (shardwrites.py): every request finishes it first
         self._undo: shardwrites.Intent | None = None
         self._undo_sent = True
         try:
@@ -491,7 +491,7 @@ class ShardedLive:
                            delta_ns=delta_ns, engine=engine, k=k, codes_compared=codes)
 
     # ---------------------------------------------------------------------------- writes
-    # Every write is all or nothing across the shards: app/shardwrites.py (the protocol).
+    # Every write is all or nothing across the shards: shardwrites.py (the protocol).
     def add(self, codes, ids) -> int:
         """Insert: every id checked unique across the shards first (409 naming the first id
         already live), then each shard's part written, all or nothing (:meth:`_write`)."""
@@ -727,7 +727,7 @@ class ShardedLive:
         return np.concatenate(ids), np.concatenate(words).reshape(-1, n_words(self.bits))
 
     def job_snapshot(self, folder) -> list[int]:
-        """A near-duplicate job's state (app/shardjobs.py): every shard writes its live items to
+        """A near-duplicate job's state (shardjobs.py): every shard writes its live items to
         ``folder/shard-<i>``, under the write lock, so no write falls between two shards'
         copies (one state of the whole index). Returns each shard's item count."""
         with self._write_lock:

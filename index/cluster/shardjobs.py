@@ -6,7 +6,7 @@ come from it as for an unsharded index (:meth:`app.jobs.JobManager._finish`).
 State read. At start the ingress takes its write lock (no sharded write is between two shards'
 copies: one state of the whole index) and every shard actor writes its live items, ids global
 and codes as the shard stores them, to ``<job>/shard-<i>/``
-(:func:`app.shardtasks.snapshot_shard`, CRC-checked arrays). Every task reads those copies, so
+(:func:`shardtasks.snapshot_shard`, CRC-checked arrays). Every task reads those copies, so
 writes go on and a resumed job reads what it started with. (A shard's folder is reachable from every actor: the sharded index already assumes it.)
 
 Tasks. A task ``(i, j)``, ``i <= j``: ``i == j`` the self-join of shard ``i``
@@ -48,9 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.app.joberrors import JobFailed
-from bucketsearch.app.shards import ShardUnavailable, _get
-from bucketsearch.app.shardtasks import PAIR_RECORD, Task, load_items, task_path
+from bucketsearch.index.errors import JobFailed
+from bucketsearch.index.cluster.shards import ShardUnavailable, _get
+from bucketsearch.index.cluster.shardtasks import PAIR_RECORD, Task, load_items, task_path
 from bucketsearch.index.disk import fsio
 from bucketsearch.index.join import JoinCancelled, JoinPrediction, clock
 
@@ -132,7 +132,7 @@ def merge_pair_files(paths: list[Path], out_fd: int, out_path: Path, check=None,
 # ----------------------------------------------------------------------------- coordinator
 def snapshot(live, job_dir: Path) -> dict:
     """At job start: every shard's items copied to the job (one state of the whole index:
-    :meth:`app.shards.ShardedLive.job_snapshot`); the job's ``shards`` spec."""
+    :meth:`shards.ShardedLive.job_snapshot`); the job's ``shards`` spec."""
     sizes = live.job_snapshot(job_dir)
     return {"n": live.n, "partitioning": live.partitioning, "bits": live.bits,
             "shard_bits": live.shard_bits, "sizes": [int(s) for s in sizes]}

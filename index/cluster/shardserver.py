@@ -1,4 +1,4 @@
-"""One shard of a sharded index (app/shards.py): :class:`ShardServer`, a
+"""One shard of a sharded index (shards.py): :class:`ShardServer`, a
 :class:`~bucketsearch.index.storage.live.LiveIndex` in its own directory, run as a Ray actor; its
 errors cross Ray as :class:`ShardError` and are raised again as their own kind in the ingress."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.app.shardtasks import ShardTasks, snapshot_shard
+from bucketsearch.index.cluster.shardtasks import ShardTasks, snapshot_shard
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import DuplicateIdError
 
@@ -86,7 +86,7 @@ class ShardServer:
                               background_merge=not replica)
         self.opened_s = time.perf_counter() - t
         self.folder, self._plan = folder, None
-        self._tasks = ShardTasks()  # near-duplicate job tasks running here (app/shardtasks.py)
+        self._tasks = ShardTasks()  # near-duplicate job tasks running here (shardtasks.py)
         self.pid = os.getpid()
         self.follow_error = None
         if replica:
@@ -198,7 +198,7 @@ class ShardServer:
     def items(self):
         return self.live.state.items()
 
-    # ------------------------------------------ near-duplicate jobs (app/shardjobs.py, shardtasks)
+    # ------------------------------------------ near-duplicate jobs (shardjobs.py, shardtasks)
     @_portable
     def job_snapshot(self, folder: str) -> int:
         return snapshot_shard(self.live, folder)
@@ -206,12 +206,12 @@ class ShardServer:
     @_portable
     def job_task(self, job_id: str, job_dir: str, task: dict, max_bytes: int, cap: int,
                  prediction: dict | None = None) -> dict:
-        """One task of a sharded job (:meth:`app.shardtasks.ShardTasks.run`)."""
+        """One task of a sharded job (:meth:`shardtasks.ShardTasks.run`)."""
         return self._tasks.run(job_id, job_dir, task, max_bytes, cap, prediction)
 
     @_portable
     def job_predict(self, job_dir: str, task: dict) -> dict | None:
-        """The cost model's prediction of a task (:meth:`app.shardtasks.ShardTasks.predict`)."""
+        """The cost model's prediction of a task (:meth:`shardtasks.ShardTasks.predict`)."""
         return self._tasks.predict(job_dir, task)
 
     def job_cancel(self, job_id: str) -> int:

@@ -1,4 +1,4 @@
-"""The shard actor's side of a near-duplicate job on a sharded index (app/shardjobs.py: the
+"""The shard actor's side of a near-duplicate job on a sharded index (shardjobs.py: the
 layout, the tasks and the coordinator): the copy of a shard's items, and the tasks a shard
 actor runs (:class:`ShardTasks`: run, predict, cancel, progress), each into its own file."""
 from __future__ import annotations
