@@ -480,8 +480,9 @@ class Registry:
             "distinct_codes": distinct, "code_space_fraction": math.ldexp(distinct, -entry.bits),
             "bucket_size_histogram": [{"size": int(v), "buckets": int(c)}
                                       for v, c in zip(values, counts)],
-            "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
-                                + st.delta_ids.nbytes),
+            "memory_bytes": int(st.main.memory_bytes() + st.main_ids.nbytes
+                                + st.delta_words.nbytes + st.delta_ids.nbytes
+                                + st.tombstones.nbytes),
             "merges": live.merges, "merging": live.merging, "merge": live.merge_status,
             "last_merge": live.last_merge,
             "last_merge_error": self.redact(live.last_merge_error),

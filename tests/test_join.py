@@ -13,6 +13,7 @@ from bucketsearch.index import crossjoin, join
 from bucketsearch.index import join_kernels as jk
 from bucketsearch.index.codes import n_words, word_widths
 from bucketsearch.index.factory import make_index
+from bucketsearch.index.storage.idset import IdSet
 from bucketsearch.index.storage.live import LiveIndex, LiveState
 
 BITS = [8, 13, 16, 63, 64, 65, 100, 128, 256]
@@ -188,7 +189,7 @@ def _live_state(bits, mode, words, ids, rng):
     n_main = n * 2 // 3
     main = make_index(bits, mode, **({"calibrate_on_build": False} if mode == "auto" else {}))
     main.add(words[:n_main], ids[:n_main])
-    base = LiveState(bits, main, np.sort(ids[:n_main]), None, np.empty(0, np.int64),
+    base = LiveState(bits, main, IdSet.of(ids[:n_main]), None, np.empty(0, np.int64),
                      np.empty((0, n_words(bits)), np.uint64), np.empty(0, np.int64))
     dead = np.sort(rng.choice(ids[:n_main], size=n_main // 3, replace=False)) if n_main \
         else np.empty(0, np.int64)

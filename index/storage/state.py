@@ -21,8 +21,9 @@ from bucketsearch.index import join
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.kernels import merge_rows, rows_done
 from bucketsearch.index.probe import ResultLimitError
-from bucketsearch.index.radix import merge_sorted, sort_ids
+from bucketsearch.index.radix import merge_sorted
 from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.storage.idset import IdSet
 from bucketsearch.index.storage.wal import Op
 from bucketsearch.index.table import sort_items
 
@@ -91,7 +92,7 @@ class LiveState:
 
     bits: int
     main: object  # HammingIndex, MultiIndex or AutoIndex
-    main_ids_sorted: np.ndarray
+    main_ids: IdSet  # the main index's ids (deleted ones included until a merge)
     delta: object | None  # LinearScan over delta_ids/delta_words, None when empty
     delta_ids: np.ndarray
     delta_words: np.ndarray
@@ -101,7 +102,7 @@ class LiveState:
 
     @property
     def ntotal(self) -> int:
-        return int(len(self.main_ids_sorted) - len(self.tombstones) + len(self.delta_ids))
+        return int(len(self.main_ids) - len(self.tombstones) + len(self.delta_ids))
 
     def with_delta(self, ids: np.ndarray, words: np.ndarray, tombstones: np.ndarray,
                    version: int | None = None, id_high: int = -1) -> LiveState:
@@ -114,15 +115,11 @@ class LiveState:
             # where add() would re-check uniqueness at O(n log n) on every write
             delta._rebuild(words, ids)
         id_high = max(self.id_high, id_high, int(ids.max()) if len(ids) else -1)
-        return LiveState(self.bits, self.main, self.main_ids_sorted, delta, ids, words,
+        return LiveState(self.bits, self.main, self.main_ids, delta, ids, words,
                          tombstones, self.version if version is None else version, id_high)
 
     def in_main(self, ids: np.ndarray) -> np.ndarray:
-        pos = np.searchsorted(self.main_ids_sorted, ids)
-        pos = np.minimum(pos, max(len(self.main_ids_sorted) - 1, 0))
-        if not len(self.main_ids_sorted):
-            return np.zeros(len(ids), dtype=bool)
-        return self.main_ids_sorted[pos] == ids
+        return self.main_ids.contains(ids)
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, words)`` of every live item: the main index's minus tombstones, then the
@@ -184,8 +181,7 @@ class LiveState:
         """The first id an insert without ids gets: one more than the largest id ever written
         to this index (deleted ones included: an id is never given twice; snapshots keep the
         mark, a restore starts from the largest id it holds)."""
-        top = int(self.main_ids_sorted[-1]) if len(self.main_ids_sorted) else -1
-        return max(top, self.id_high) + 1
+        return max(self.main_ids.max, self.id_high) + 1
 
     def pairs(self, radius: int, chunk_size: int = 65_536, min_id: int | None = None, **options):
         """Every unordered pair of live items (main minus tombstones, plus the delta) within
@@ -424,7 +420,7 @@ def apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState
 
 def base_state(main, bits: int, version: int, id_high: int = -1) -> LiveState:
     """The state of a freshly built or loaded ``main`` index: no delta, no tombstones."""
-    ids = sort_ids(np.asarray(main.ids, dtype=np.int64)) if main.ntotal else _EMPTY_IDS
+    ids = IdSet.of(main.ids if main.ntotal else _EMPTY_IDS)
     return LiveState(bits, main, ids, None, _EMPTY_IDS,
                      np.empty((0, n_words(bits)), dtype=np.uint64), _EMPTY_IDS, version, id_high)
 

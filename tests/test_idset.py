@@ -1,0 +1,36 @@
+"""index/storage/idset.py: the main index's ids as a bitmap (a dense span) or sorted ids,
+against a plain Python set."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketsearch.index.storage.idset import BITMAP_SPAN_PER_ITEM, IdSet
+
+ids_lists = st.lists(st.integers(-2**62, 2**62), unique=True, max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ids=ids_lists, probes=st.lists(st.integers(-2**62, 2**62), max_size=40),
+       dense=st.booleans(), base=st.integers(-1000, 2**40))
+def test_contains_len_max_match_a_set(ids, probes, dense, base):
+    if dense:  # a span within BITMAP_SPAN_PER_ITEM x n: the bitmap layout
+        ids = sorted({base + (abs(i) % (3 * max(len(ids), 1))) for i in ids})
+    s = IdSet.of(np.array(ids, dtype=np.int64))
+    queries = np.array(ids + probes + [i + 1 for i in ids] + [i - 1 for i in ids],
+                       dtype=np.int64)
+    expect = np.array([q in set(ids) for q in queries.tolist()], dtype=bool)
+    assert s.contains(queries).tolist() == expect.tolist()
+    assert len(s) == len(ids)
+    assert s.max == (max(ids) if ids else -1)
+
+
+def test_layout_by_span():
+    dense = IdSet.of(np.arange(1000, dtype=np.int64)[::-1])
+    assert dense.bitmap is not None and dense.nbytes == 125  # 1/8 byte an id
+    sparse = IdSet.of(np.arange(1000, dtype=np.int64) * (BITMAP_SPAN_PER_ITEM + 1))
+    assert sparse.bitmap is None and sparse.nbytes == 8000
+    assert sparse.contains([0, 9, 10, 8991, -9]).tolist() == [True, True, False, True, False]
+    empty = IdSet.of(np.empty(0, np.int64))
+    assert len(empty) == 0 and empty.max == -1 and empty.contains([0, 5]).tolist() == [False] * 2
