@@ -66,8 +66,8 @@ def main():
         else:
             meta, arrays = ix.snapshot()
             old = cls[0].from_snapshot(bits, meta, arrays)
-        if name == "mih":
-            old._stamps = ix._stamps
+        if name == "mih" and hasattr(old, "_stamps") and hasattr(ix, "_stamps"):
+            old._stamps = ix._stamps  # one visit-stamp pool (before the visit bitsets)
         for which, one in (("old", old), ("new", ix)):
             one.threads = 1
             idx[(name, which)] = one

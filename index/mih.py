@@ -59,6 +59,7 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import (clz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
+                                    prefetch,
                                     popcount64)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                                      check_max_results, raise_if_over, raise_if_reached,
@@ -68,38 +69,47 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
 from bucketsearch.index.mih_knn import _mih_knn_kernel
+from bucketsearch.index.mih_tables import (T_DIRECT, T_MASK, T_SHIFT, SubstringTables,
+                                           bucket, bucket_end, build_tables, distinct_values,
+                                           item_substring, table_rows)
 from bucketsearch.index.probe import next_prefix
-from bucketsearch.index.radix import id_keys, increasing, sort_pairs, sort_rows
-from bucketsearch.index.table import (HASH_MULTIPLIER, BucketTable, filter_word_mask,
-                                      find_bucket_word, position_dtype, sort_items)
+from bucketsearch.index.table import sort_items
 
 MAX_SUBSTRING_BITS = 64
 MIN_LOG2_N = 8          # Norouzi's rule uses log2(max(N, 2^8)): tiny indexes get <= Q/8 tables
-STAMP_LIMIT = 2**31 - 2
-TABLE_ARRAYS = ("codes", "offsets", "ids", "slots", "bitmap")
-#: Columns of the exact-substring kernel's per-table layout (:attr:`MultiIndex._exact_args`):
-#: direct-addressed or not, then the table's offsets into the flat arrays and its hash shifts.
-(T_DIRECT, T_STARTS, T_CODES, T_SLOTS, T_SLOT_MASK, T_BITMAP, T_TABLE_SHIFT, T_FILTER_SHIFT,
- T_OFFSETS) = range(9)
+#: the arrays of a snapshot's substring tables (:class:`index.mih_tables.SubstringTables`)
+TABLE_ARRAYS = SubstringTables.ARRAYS
 #: Queries per block of the exact-substring kernel (their lookups first, then their candidates)
 #: and per clock read with statistics (their mean time).
 CLOCK_GROUP = 32
+#: Candidates whose codes are prefetched ahead of the one verified (they are read through
+#: their positions, at random in the items)
+PREFETCH_AHEAD = 4
+#: Entries insertion-sorted before the merges of :func:`_merge_sort`
+MERGE_BLOCK = 8
+#: Results of one query of the exact kernel ordered by insertion sort (more: by distance,
+#: then :func:`_merge_sort`; its buckets' ids come in no order)
+EXACT_SMALL_SORT = 8
 #: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
 SMALL_SORT = 32
 
 
 @njit
-def _probe_substring_radius(q, r, bits, codes, slots, bitmap, table_shift, filter_shift, direct,
-                            hits):
-    """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in a substring
-    :class:`~index.table.BucketTable`: ``(probes, nonempty)``, the non-empty buckets' numbers
-    in ``hits`` while it has room (the count goes on). The r-bit masks: a prefix of r - 1 bits
-    (:func:`index.probe.next_prefix`) and a last bit above its highest one."""
+def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positions, words,
+                            word_width, hits):
+    """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in substring table
+    ``j`` (:func:`index.mih_tables.bucket`): ``(probes, nonempty)``, the non-empty buckets'
+    ``(lo, hi)`` in ``hits[2 b], hits[2 b + 1]`` while it has room (the count goes on). The
+    r-bit masks: a prefix of r - 1 bits (:func:`index.probe.next_prefix`) and a last bit above
+    its highest one."""
+    room = len(hits) // 2
     if r == 0:
-        b = find_bucket_word(q, codes, slots, bitmap, table_shift, filter_shift, direct)
-        if b >= 0 and len(hits) > 0:
-            hits[0] = b
-        return 1, 1 if b >= 0 else 0
+        lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, words, word_width)
+        hi = bucket_end(q, j, lo, hi, tables, positions, words, word_width)
+        if hi > lo and room > 0:
+            hits[0] = lo
+            hits[1] = hi
+        return 1, 1 if hi > lo else 0
     probes = 0
     nonempty = 0
     one = np.uint64(1)
@@ -110,11 +120,13 @@ def _probe_substring_radius(q, r, bits, codes, slots, bitmap, table_shift, filte
         bit = one << np.uint64(low)
         for _ in range(low, bits):
             probes += 1
-            b = find_bucket_word(base ^ bit, codes, slots, bitmap, table_shift, filter_shift,
-                                 direct)
-            if b >= 0:
-                if nonempty < len(hits):
-                    hits[nonempty] = b
+            lo, hi = bucket(base ^ bit, j, tables, starts, slots, bitmap, positions, words,
+                            word_width)
+            hi = bucket_end(base ^ bit, j, lo, hi, tables, positions, words, word_width)
+            if hi > lo:
+                if nonempty < room:
+                    hits[2 * nonempty] = lo
+                    hits[2 * nonempty + 1] = hi
                 nonempty += 1
             bit <<= one
         prefix = next_prefix(prefix, bits)
@@ -214,57 +226,26 @@ def _within(hist, cut):
 
 
 @njit
-def _sort_runs(values, offsets):
-    """Sort each run ``values[offsets[b]:offsets[b + 1]]`` in place (:func:`sort_run`)."""
-    for b in range(len(offsets) - 1):
-        sort_run(values, offsets[b], offsets[b + 1])
-
-
-@njit
-def _table_items(offsets, positions, words, ids, out):
-    """``out[t] = (code, id)`` of the item at table position ``t``, the items of each bucket
-    ``offsets[b]:offsets[b + 1]`` ordered by id (insertion sort of a bucket's few entries,
-    ``np.argsort`` of a large one): the exact-substring kernel's candidates, in runs of
-    ascending ids."""
-    for b in range(len(offsets) - 1):
-        lo = offsets[b]
-        hi = offsets[b + 1]
-        if hi - lo > SMALL_SORT:
-            order = positions[lo:hi][np.argsort(ids[positions[lo:hi]], kind="mergesort")]
-            for t in range(lo, hi):
-                out[t, 0] = words[order[t - lo], 0]
-                out[t, 1] = np.uint64(ids[order[t - lo]])
-            continue
-        for t in range(lo, hi):
-            p = positions[t]
-            v = ids[p]
-            c = t - 1
-            while c >= lo and np.int64(out[c, 1]) > v:
-                out[c + 1, 0] = out[c, 0]
-                out[c + 1, 1] = out[c, 1]
-                c -= 1
-            out[c + 1, 0] = words[p, 0]
-            out[c + 1, 1] = np.uint64(v)
-
-
-@njit
 def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k, max_probes,
-                with_clock, max_results, stop, codes, code_base, slots, slot_base, bitmap,
-                bitmap_base, table_shift, filter_shift, direct, offsets, offset_base, positions,
-                words, ids, stamps, stamp):
+                with_clock, max_results, stop, tables, bucket_starts, slots, bitmap, positions,
+                words, ids, visited):
     """Multi-index search of every query; range search when ``k < 0``, k-NN (the ``k``
     nearest within ``max_radius``) otherwise.
 
     Radius step ``R`` probes substring table ``j = R mod m`` at substring radius ``floor(R/m)``
-    (:func:`_probe_substring_radius`) and verifies the items of the non-empty buckets
-    (the items already stamped by this query are skipped). Range search runs steps
-    ``0..max_radius``; k-NN stops after the first step ``R`` with ``k`` items within ``R`` (or
-    all items seen, or ``max_radius`` done); a k-NN step over the probe budget verifies every
-    remaining item instead. The candidates within the last step are emitted by
-    :func:`index.kernels.counting_sort`. Returns CSR results ordered by (distance, id),
-    statistics ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which a k-NN query
-    switched to verifying every remaining item (-1: it did not), the results counted
-    (``reached``) and the last stamp used.
+    (:func:`_probe_substring_radius`) and verifies the items of the non-empty buckets, read
+    through their positions (the items already visited by this query are skipped). Range
+    search runs steps ``0..max_radius``; k-NN stops after the first step ``R`` with ``k``
+    items within ``R`` (or all items seen, or ``max_radius`` done); a k-NN step over the probe
+    budget verifies every remaining item instead. The candidates within the last step are
+    emitted by :func:`index.kernels.counting_sort`. Returns CSR results ordered by
+    (distance, id), statistics ``(7, nq, max_radius + 1)``, radii, total_ns, the step at which
+    a k-NN query switched to verifying every remaining item (-1: it did not) and the results
+    counted (``reached``).
+
+    ``visited``: a bitset over the items (``ceil(n / 8)`` bytes, all zero on entry and on
+    return): an item's bit is set at its first visit by a query and the query's candidates'
+    bytes are zeroed after it (the whole set when the candidate buffer overflowed).
 
     Helpers: :func:`index.kernels.hamming` (verification), :func:`index.kernels.counting_sort`
     (emission), :func:`index.kernels.record_radius` (statistics); see bench/RESULTS.md
@@ -285,21 +266,18 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
     counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
         nq, UNIQUE_CANDIDATES + 1, nq, width)
     n_out = 0
-    hits = np.empty(4096, dtype=np.int64)
+    hits = np.empty(8192, dtype=np.int64)
     cand_p = np.empty(4096, dtype=np.int64)
     cand_d = np.empty(4096, dtype=np.int32)
     hist = np.zeros(bits + 2, dtype=np.int64)
     fill = np.zeros(bits + 2, dtype=np.int64)
     reached = -1  # >= 0 once the result cap stopped this chunk
+    one = np.uint8(1)
     for qi in range(nq):
         if stop[0] != 0:
             break
         t_query = monotonic_ns() if with_clock else 0
         while True:  # a retry only when the candidate buffer overflowed (then it is grown)
-            stamp += 1
-            if stamp >= STAMP_LIMIT:
-                stamps[:] = 0
-                stamp = 1
             n_cand = 0
             spent = 0
             found = 0
@@ -323,37 +301,33 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                     spans = 1
                 elif r <= widths[j]:
                     spent += step_probes[R]
-                    tcodes = codes[code_base[j]:code_base[j + 1]]
-                    tslots = slots[slot_base[j]:slot_base[j + 1]]
-                    tbitmap = bitmap[bitmap_base[j]:bitmap_base[j + 1]]
                     while True:
                         probes, nonempty = _probe_substring_radius(
-                            qsubs[qi, j], r, widths[j], tcodes, tslots, tbitmap,
-                            table_shift[j], filter_shift[j], direct[j], hits)
-                        if nonempty <= len(hits):
+                            qsubs[qi, j], r, widths[j], j, tables, bucket_starts, slots,
+                            bitmap, positions, words, word_width, hits)
+                        if 2 * nonempty <= len(hits):
                             break
-                        hits = np.empty(2 * nonempty, dtype=np.int64)  # rare: probe again
+                        hits = np.empty(4 * nonempty, dtype=np.int64)  # rare: probe again
                     spans = nonempty
                 # verification, written once for both cases and kept in the kernel: as an
                 # inlined helper called per bucket, its array arguments were refcounted at
                 # every call (NRT calls per bucket: 10-12% slower at radii 3-4 on 1M codes)
-                ob = offset_base[j]
                 pb = j * ntotal
                 for h in range(spans):
-                    lo = 0  # scan: table 0's bucket contents, every item once
+                    lo = 0  # scan: every item once, in storage order
                     hi = ntotal
                     if not scan_rest:
-                        b = hits[h]
-                        lo = pb + offsets[ob + b]
-                        hi = pb + offsets[ob + b + 1]
+                        lo = hits[2 * h]
+                        hi = hits[2 * h + 1]
                     cands += hi - lo
-                    # an item this query has not seen yet (visit stamp) is a unique candidate:
-                    # its distance goes to the candidate buffers (while they have room; the
+                    # an item this query has not visited yet is a unique candidate: its
+                    # distance goes to the candidate buffers (while they have room; the
                     # count goes on, so an overflow is detected) and to the histogram
                     for t in range(lo, hi):
-                        p = positions[t]
-                        if stamps[p] != stamp:
-                            stamps[p] = stamp
+                        p = t if scan_rest else np.int64(positions[pb + t])
+                        bit = one << np.uint8(p & 7)
+                        if visited[p >> 3] & bit == 0:
+                            visited[p >> 3] |= bit
                             d = hamming(xq, qi, words, p, W)
                             if n_cand < len(cand_p):
                                 cand_p[n_cand] = p
@@ -376,8 +350,14 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                         break
             if reached >= 0 or n_cand <= len(cand_p):
                 break
+            visited[:] = 0  # overflowed: not every visit is in cand_p
             cand_p = np.empty(2 * n_cand, dtype=np.int64)
             cand_d = np.empty(2 * n_cand, dtype=np.int32)
+        if n_cand <= len(cand_p):
+            for c in range(n_cand):
+                visited[cand_p[c] >> 3] = 0
+        else:
+            visited[:] = 0
         if reached >= 0:
             stop[0] = 1
             break
@@ -396,7 +376,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
         if with_clock:
             total_ns[qi] = monotonic_ns() - t_query
     return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from,
-                        reached) + (stamp,)
+                        reached)
 
 
 @njit(inline="always")
@@ -429,30 +409,63 @@ def _move(out_d, out_i, src, dst):
     out_i[dst] = out_i[src]
 
 
-@njit
-def _order_runs(out_d, out_i, lo, hi, runs, counts):
-    """Order ``out[lo:hi]`` by (distance, id) when it is made of runs of ascending ids
-    (``runs[j]:runs[j + 1]``, ``runs[0] = lo``, ``runs[-1] = hi``): the runs merged by id one
-    after the other, then a stable counting sort by distance (``counts``: one entry more than
-    the largest distance). ``out[hi:2 * hi - lo]`` is scratch. O(n x runs), no allocation.
-    Not inlined: called for the queries with many results only."""
+@njit(inline="always")
+def _insertion_sort(a, lo, hi):
+    for i in range(lo + 1, hi):
+        v = a[i]
+        j = i - 1
+        while j >= lo and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
+
+
+@njit(inline="always")
+def _merge_sort(a, lo, hi, tmp):
+    """Sort ``a[lo:hi]`` in place, ``tmp[:hi - lo]`` scratch, no allocation: insertion sorts
+    of :data:`MERGE_BLOCK` entries, then bottom-up merges (ping-pong between ``a`` and
+    ``tmp``)."""
     n = hi - lo
-    for j in range(1, len(runs) - 1):
-        mid = runs[j]
-        end = runs[j + 1]
-        if mid == end or out_i[mid - 1] < out_i[mid]:
-            continue  # empty run, or already after the merged prefix
-        a = lo
-        b = mid
-        for c in range(hi, hi + end - lo):
-            if b >= end or (a < mid and out_i[a] < out_i[b]):
-                _move(out_d, out_i, a, c)
-                a += 1
-            else:
-                _move(out_d, out_i, b, c)
-                b += 1
-        for c in range(end - lo):
-            _move(out_d, out_i, hi + c, lo + c)
+    for s in range(lo, hi, MERGE_BLOCK):
+        _insertion_sort(a, s, min(s + MERGE_BLOCK, hi))
+    width = MERGE_BLOCK
+    in_a = True
+    while width < n:
+        for s in range(0, n, 2 * width):
+            m = min(s + width, n)
+            e = min(s + 2 * width, n)
+            i, j = s, m
+            for c in range(s, e):
+                if in_a:
+                    if j >= e or (i < m and a[lo + i] <= a[lo + j]):
+                        tmp[c] = a[lo + i]
+                        i += 1
+                    else:
+                        tmp[c] = a[lo + j]
+                        j += 1
+                else:
+                    if j >= e or (i < m and tmp[i] <= tmp[j]):
+                        a[lo + c] = tmp[i]
+                        i += 1
+                    else:
+                        a[lo + c] = tmp[j]
+                        j += 1
+        in_a = not in_a
+        width *= 2
+    if not in_a:
+        for c in range(n):
+            a[lo + c] = tmp[c]
+
+
+@njit
+def _order_results(out_d, out_i, lo, hi, counts):
+    """Order ``out[lo:hi]`` by (distance, id): a stable counting sort by distance
+    (``counts``: one entry more than the largest distance) into ``out[hi:2 * hi - lo]``
+    (scratch), copied back, then each distance's ids sorted in place (:func:`_merge_sort`,
+    the same scratch; ``np.sort`` allocated at every call, 1.3-1.8x slower searches of
+    clustered codes at radius 1-2). Not inlined: called for the queries with many results
+    only."""
+    n = hi - lo
     counts[:] = 0
     for t in range(lo, hi):
         counts[out_d[t] + 1] += 1
@@ -464,6 +477,12 @@ def _order_runs(out_d, out_i, lo, hi, runs, counts):
         counts[d] += 1
     for c in range(n):
         _move(out_d, out_i, hi + c, lo + c)
+    tmp = out_i[hi:hi + n]
+    start = 0
+    for d in range(len(counts) - 1):
+        if counts[d] - start > 1:
+            _merge_sort(out_i, lo + start, lo + counts[d], tmp)
+        start = counts[d]
 
 
 @njit(inline="always")
@@ -491,25 +510,25 @@ def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
 
 
 @njit
-def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, bitmap,
-                      offsets, table_items, max_results, tick_ns, q_start, n_out,
-                      lims, out_d, out_i, scratch, stats, total_ns):
+def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, ids, word_width,
+                      max_results, tick_ns, q_start, n_out, lims, out_d, out_i, scratch, stats,
+                      total_ns):
     """Range search of one-word codes for ``R < m``: the pigeonhole rule with every substring
     searched at radius 0 (an item within ``R`` equals the query exactly on one of the
-    substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups.
+    substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups
+    (:func:`index.mih_tables.bucket`).
 
-    Candidates are read in table order from ``table_items`` (``(m * n, 2)``: every item's
-    code and id, as uint64, in the order of each table's buckets, table ``j`` at ``j * n``,
-    ids ascending within a bucket), so a lookup is one load for the bucket and one for its
-    items, with no indirection through the shared arrays. No visit stamps: a candidate of
+    A bucket's candidates are read through their positions (``positions[j * n + t]``, then
+    the item's code in ``words``; its id only for a result). No visit stamps: a candidate of
     substring ``j`` was already met at an earlier step exactly when it also equals the query on
     one of the substrings ``0..j-1`` (a mask test on the XOR of the full codes, which
     verification computes anyway). Substring ``j`` of code ``v`` is
-    ``(v >> sub_shift[j]) & sub_mask[j]``.
+    ``(v >> shift_j) & mask_j`` (``tables``' columns ``T_SHIFT``, ``T_MASK``).
 
-    A query's results come as one run of ascending ids per lookup, so at radius 0 they are
-    in order as found; otherwise :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them
-    and :func:`_order_runs` more (by merging the runs, in the output buffer's free room).
+    A bucket's positions ascend, so its items come by (code, id): at radius 0 (one lookup, one
+    code) a query's results are in (distance, id) order as found; otherwise
+    :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them and :func:`_order_results`
+    more (in the output buffer's free room).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
@@ -518,8 +537,8 @@ def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, 
     the result cap, tested once per query: a result past the buffer is counted, not written
     (exits at every result measured 13-18% slower at radius 0-1). Output and resumption as
     :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``;
-    ``scratch`` must hold ``need = 2 * (R + 2) + 2 * (R + 1) * CLOCK_GROUP`` entries: the
-    runs' bounds and counts, and the block's lookups).
+    ``scratch`` must hold ``need = (R + 2) + 2 * (R + 1) * CLOCK_GROUP`` entries: the
+    distance counts and the block's lookups).
 
     ``stats`` and ``total_ns`` are None without statistics (numba compiles that case without
     any of their code). With them: ``candidates``, ``unique_candidates`` and ``items`` as
@@ -529,63 +548,53 @@ def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, 
     ``total_ns`` is the mean over its group).
     """
     nq = xq.shape[0]
-    n = len(table_items) // len(sub_mask)
+    n = len(ids)
     cap = len(out_i)
     width = R + 1
-    need = 2 * (width + 1) + 2 * width * CLOCK_GROUP
+    need = (width + 1) + 2 * width * CLOCK_GROUP
     if len(scratch) < need:
         return q_start, n_out, -1, need
-    runs = scratch[:width + 1]
-    counts = scratch[width + 1:2 * (width + 1)]
-    spans = scratch[2 * (width + 1):need]  # (lo, hi) of each lookup of the block
+    counts = scratch[:width + 1]
+    spans = scratch[width + 1:need]  # (lo, hi) of each lookup of the block
     t_group = cycle_counter() if stats is not None else 0
     for g_start in range(q_start, nq, CLOCK_GROUP):
         g_end = min(g_start + CLOCK_GROUP, nq)
         # pass 1: the block's lookups, table positions lo:hi of the items whose substring j
-        # equals the query's (one load of bucket starts in a direct table, BucketTable.
-        # bucket_starts; in a hashed one, find_bucket_word's lookup, then the bucket's
-        # offsets). A loop with no exit: the lookups of successive queries overlap. Written
-        # out here: an inlined helper taking the arrays refcounts them at every call (NRT
-        # calls per lookup, 5x slower at radius 0-2)
+        # equals the query's. A loop with no exit: the lookups of successive queries overlap
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
             for j in range(width):
-                key = (q >> sub_shift[j]) & sub_mask[j]
-                lo = 0
-                hi = 0
-                if tables[j, T_DIRECT]:
-                    s = tables[j, T_STARTS] + np.int64(key)
-                    lo = starts[s]
-                    hi = starts[s + 1]
-                else:
-                    h = key * HASH_MULTIPLIER
-                    f, fbits = filter_word_mask(h, np.uint64(tables[j, T_FILTER_SHIFT]))
-                    if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
-                        sb = tables[j, T_SLOTS]
-                        s = h >> np.uint64(tables[j, T_TABLE_SHIFT])
-                        b = slots[sb + np.int64(s)]
-                        while b >= 0 and codes[tables[j, T_CODES] + b, 0] != key:
-                            s = (s + np.uint64(1)) & np.uint64(tables[j, T_SLOT_MASK])
-                            b = slots[sb + np.int64(s)]
-                        if b >= 0:
-                            lo = offsets[tables[j, T_OFFSETS] + b]
-                            hi = offsets[tables[j, T_OFFSETS] + b + 1]
+                key = (q >> np.uint64(tables[j, T_SHIFT])) & np.uint64(tables[j, T_MASK])
+                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
+                                word_width)
                 c = 2 * ((qi - g_start) * width + j)
                 spans[c] = j * n + lo
                 spans[c + 1] = j * n + hi
+                for t in range(j * n + lo, j * n + min(hi, lo + PREFETCH_AHEAD)):
+                    prefetch(words, positions[t])
         # pass 2: the candidates of each query
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
             start = n_out
             for j in range(width):
-                runs[j] = n_out
                 c = 2 * ((qi - g_start) * width + j)
                 unique = 0
-                for t in range(spans[c], spans[c + 1]):
-                    diff = q ^ table_items[t, 0]
+                hashed = not tables[j, T_DIRECT]
+                shift = np.uint64(tables[j, T_SHIFT])
+                mask = np.uint64(tables[j, T_MASK])
+                t = spans[c]
+                while t < spans[c + 1]:
+                    if t + PREFETCH_AHEAD < spans[c + 1]:
+                        prefetch(words, positions[t + PREFETCH_AHEAD])
+                    p = np.int64(positions[t])
+                    diff = q ^ words[p, 0]
+                    if hashed and (diff >> shift) & mask != 0:
+                        break  # past the bucket's end (bucket)
+                    t += 1
                     seen = False
                     for jj in range(j):
-                        if (diff >> sub_shift[jj]) & sub_mask[jj] == 0:
+                        if (diff >> np.uint64(tables[jj, T_SHIFT])) \
+                                & np.uint64(tables[jj, T_MASK]) == 0:
                             seen = True
                     if seen:
                         continue
@@ -594,60 +603,60 @@ def _mih_exact_kernel(xq, R, sub_shift, sub_mask, tables, starts, codes, slots, 
                     if d <= R:
                         if n_out < cap:
                             out_d[n_out] = d
-                            out_i[n_out] = np.int64(table_items[t, 1])
+                            out_i[n_out] = ids[p]
                         n_out += 1
                         if stats is not None:
                             stats[ITEMS, qi, d] += 1
                 if stats is not None:
-                    stats[CANDIDATES, qi, j] = spans[c + 1] - spans[c]
+                    stats[CANDIDATES, qi, j] = t - spans[c]
                     stats[UNIQUE_CANDIDATES, qi, j] = unique
-            if 2 * n_out - start > cap or n_out > max_results:  # room for _order_runs' scratch
+            if 2 * n_out - start > cap or n_out > max_results:  # room for the order's scratch
                 if stats is not None:
                     stats[ITEMS, qi, :] = 0  # searched again after the buffer grows
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
                 return qi, start, max_results + 1 if n_out > max_results else -1, 0
             if width > 1 and n_out - start > 1:
-                if n_out - start <= SMALL_SORT:
+                if n_out - start <= EXACT_SMALL_SORT:
                     _sort_pairs(out_d, out_i, start, n_out)
                 else:
-                    runs[width] = n_out
-                    _order_runs(out_d, out_i, start, n_out, runs, counts)
+                    _order_results(out_d, out_i, start, n_out, counts)
             lims[qi + 1] = n_out
         if stats is not None:
             t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group, tick_ns)
     return nq, n_out, -1, 0
 
 
-class _StampPool:
-    """Visit-stamp arrays (int32 over the items), one per concurrently running chunk."""
+class _VisitPool:
+    """Visit bitsets (``ceil(n / 8)`` bytes over the items, zero between queries), one per
+    concurrently running chunk of :func:`_mih_kernel`, made on first use."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._free: list[list] = []
+        self._free: list[np.ndarray] = []
         self._n = 0
 
     def reset(self, n: int) -> None:
         with self._lock:
-            self._free, self._n = [self._new(n)], n
+            self._free, self._n = [], n
 
-    @staticmethod
-    def _new(n: int) -> list:
-        # written, not np.zeros: calloc'd pages would fault on the first searches' random
-        # accesses (measured 40 us per query on the first search of 100k items)
-        stamps = np.empty(max(n, 1), dtype=np.int32)
-        stamps.fill(0)
-        return [stamps, 0]
-
-    def acquire(self) -> list:
+    def acquire(self) -> np.ndarray:
         with self._lock:
             if self._free:
                 return self._free.pop()
-            return self._new(self._n)
+            # written, not np.zeros: calloc'd pages would fault on the first searches' random
+            # accesses (measured 40 us per query on the first search of 100k items)
+            visited = np.empty(max((self._n + 7) // 8, 1), dtype=np.uint8)
+            visited.fill(0)
+            return visited
 
-    def release(self, entry: list) -> None:
+    def release(self, visited: np.ndarray) -> None:
         with self._lock:
-            if len(entry[0]) == max(self._n, 1):
-                self._free.append(entry)
+            if len(visited) == max((self._n + 7) // 8, 1):
+                self._free.append(visited)
+
+    def arrays(self) -> list[np.ndarray]:
+        with self._lock:
+            return list(self._free)
 
 
 class MultiIndex(IndexBase):
@@ -671,7 +680,7 @@ class MultiIndex(IndexBase):
             raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
         self.max_probes = int(max_probes)
         self._word_width = np.array(word_widths(self.bits), dtype=np.int64)
-        self._stamps = _StampPool()
+        self._visits = _VisitPool()
         self._rebuild(np.empty((0, n_words(self.bits)), np.uint64), np.empty(0, np.int64))
 
     # ------------------------------------------------------------------ build
@@ -683,124 +692,66 @@ class MultiIndex(IndexBase):
 
     def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
         """The tables of items already sorted by (code, id), kept as given (not copied: auto
-        shares them with its single table and its scan). A table's bucket contents are
-        positions into them, :func:`index.table.position_dtype` wide, ordered by (substring,
-        position). One-word codes: the items' (code, id, position) rows are put in id order by
-        one radix sort, then each table's by a stable radix sort on its substring that carries
-        the rows, which are also the exact layout's ``table_items`` (every read and write front
-        to back; gathering them by position afterwards measured 10 s of a 17 s build on 10M),
-        and each bucket's positions are sorted in place.
-        Longer codes: a radix sort of the ascending positions by substring."""
-        n = len(ids)
-        m = self.fixed_substrings or default_substrings(self.bits, n)
+        shares them with its single table and its scan): positions into them by
+        (substring, position), :func:`index.mih_tables.build_tables` (a counting or radix sort
+        per table, the first table none)."""
+        if words.dtype != np.uint64 or not words.flags.c_contiguous:
+            words = np.ascontiguousarray(words, dtype=np.uint64)
+        if ids.dtype != np.int64 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+        m = self.fixed_substrings or default_substrings(self.bits, len(ids))
         starts, widths = substring_ranges(self.bits, m)
-        narrow = position_dtype(n)
-        tables, items = [], None
-        if words.shape[1] == 1:
-            rows = np.empty((n, 3), dtype=np.uint64)  # code, id, position
-            rows[:, 0] = words[:, 0]
-            rows[:, 1] = ids.view(np.uint64)
-            rows[:, 2] = np.arange(n, dtype=np.uint64)
-            if not increasing(ids):
-                rows = sort_rows(id_keys(ids), rows)[1]
-            parts = []
-            shifts = (self.bits - starts - widths).astype(np.uint64)
-            for j in range(m):
-                sub = (rows[:, 0] >> shifts[j]) & np.uint64((1 << int(widths[j])) - 1)
-                sub_sorted, by_sub = sort_rows(sub, rows)
-                del sub
-                parts.append(np.ascontiguousarray(by_sub[:, :2]))
-                table = BucketTable.from_sorted(int(widths[j]), sub_sorted.reshape(-1, 1),
-                                                by_sub[:, 2].astype(narrow))
-                # positions ascending within a bucket: the general kernel then verifies the
-                # items of near codes in the order they are stored (by id: clustered
-                # r = 3 measured 1.28x slower, k-NN 1.46x)
-                _sort_runs(table.ids, table.offsets)
-                tables.append(table)
-                del by_sub, sub_sorted
-            del rows
-            # one fresh array once the sorts' buffers are freed (allocated before them, it
-            # came from reused heap memory and lookups in it measured 15-25% slower, r = 1-2)
-            items = np.concatenate(parts)
-            del parts
-        else:
-            subs = _substrings(words, starts, widths, self._word_width)
-            positions = np.arange(n, dtype=narrow)
-            for j in range(m):
-                sub_sorted, order = sort_pairs(np.ascontiguousarray(subs[:, j]), positions)
-                tables.append(BucketTable.from_sorted(int(widths[j]),
-                                                      sub_sorted.reshape(-1, 1), order))
-            del subs
-        flat = {name: np.concatenate([getattr(t, name) for t in tables]) for name in TABLE_ARRAYS}
-        self._install(words, ids, starts, widths, flat, [t.direct for t in tables],
-                      {name: [len(getattr(t, name)) for t in tables] for name in TABLE_ARRAYS},
-                      items)
+        self._install(words, ids, starts, widths,
+                      build_tables(self.bits, words, starts, widths, self._word_width))
 
-    def _install(self, words, ids, starts, widths, flat, direct, lengths, items=None):
-        """Set the shared arrays and per-table views over the flat (concatenated) arrays
-        (``items``: the exact layout's ``table_items`` when the build made them)."""
+    def _install(self, words, ids, starts, widths, tables: SubstringTables) -> None:
+        """Set the shared items and the substring tables."""
         self.words, self.ids = words, ids
         self.substrings = len(widths)
         self.sub_starts, self.sub_widths = starts, widths
         self._step_cache = {}
-        self.flat = flat
-        self.bases = {name: np.concatenate([[0], np.cumsum(lengths[name])]).astype(np.int64)
-                      for name in TABLE_ARRAYS}
-        self.tables = [
-            BucketTable.from_arrays(
-                int(widths[j]),
-                {name: flat[name][self.bases[name][j]:self.bases[name][j + 1]]
-                 for name in TABLE_ARRAYS}, direct[j])
-            for j in range(len(widths))]
-        self._table_shift = np.array([t.table_shift for t in self.tables], dtype=np.uint64)
-        self._filter_shift = np.array([t.filter_shift for t in self.tables], dtype=np.uint64)
-        self._direct = np.array([t.direct for t in self.tables], dtype=np.bool_)
-        # one-word codes: substring j of value v is (v >> shift_j) & mask_j
-        self._sub_shift = (self.bits - starts - widths).astype(np.uint64)
-        self._sub_mask = np.array([(1 << int(w)) - 1 for w in widths], dtype=np.uint64)
-        self._exact_args = self._exact_layout(items) if words.shape[1] == 1 else ()
-        self._exact_entries: dict = {}  # the compiled entries for these arguments
-        self._stamps.reset(len(ids))
-
-    def _exact_layout(self, items=None) -> tuple:
-        """The arrays of :func:`_mih_exact_kernel` after ``R`` (one-word codes): substring
-        shifts and masks, one row per table (columns ``T_*``), the direct tables' bucket starts
-        (concatenated), the flat hash arrays, and ``table_items`` ``(m * n, 2)``: every item's
-        code and id (uint64) in the order of each table's buckets, ids ascending within a
-        bucket (:func:`_table_items`, unless the build gave them)."""
-        flat, bases = self.flat, self.bases
-        starts = [t.bucket_starts() if t.direct else np.zeros(0, np.int32) for t in self.tables]
-        start_base = np.concatenate([[0], np.cumsum([len(s) for s in starts])])
-        tables = np.array([(t.direct, start_base[j], bases["codes"][j], bases["slots"][j],
-                            len(t.slots) - 1, bases["bitmap"][j], t.table_shift, t.filter_shift,
-                            bases["offsets"][j]) for j, t in enumerate(self.tables)],
-                          dtype=np.int64).reshape(-1, T_OFFSETS + 1)
-        n = len(self.ids)
-        if items is None:
-            items = np.empty((self.substrings * n, 2), dtype=np.uint64)
-            for j, table in enumerate(self.tables):
-                _table_items(table.offsets, table.ids, self.words, self.ids,
-                             items[j * n:(j + 1) * n])
-        return (self._sub_shift, self._sub_mask, tables, np.concatenate(starts), flat["codes"],
-                flat["slots"], flat["bitmap"], flat["offsets"], items)
+        self.tables = tables
+        self._exact_entries: dict = {}  # the compiled entries of the exact kernel
+        self._visits.reset(len(ids))
 
     @property
     def ntotal(self) -> int:
         return len(self.ids)
 
+    @property
+    def one_word(self) -> bool:
+        """Codes of one word (Q <= 64): the exact-substring path and the incremental k-NN."""
+        return self.words.shape[1] == 1
+
     def memory_bytes(self) -> int:
-        """Bytes of the shared arrays, the tables and the exact-substring layout."""
+        """Bytes of the shared items, the substring tables and the visit bitsets made."""
         return sum(a.nbytes for a in self.memory_arrays().values())
 
     def memory_arrays(self) -> dict:
         """Every array the index holds, by identity (see :meth:`HammingIndex.memory_arrays`)."""
-        return {id(a): a for a in (self.words, self.ids, *self.flat.values(), *self._exact_args,
-                                   ) if isinstance(a, np.ndarray)}
+        return {id(a): a for a in (self.words, self.ids, *self.tables.arrays().values(),
+                                   *self._visits.arrays()) if isinstance(a, np.ndarray)}
 
     def substring_codes(self, words: np.ndarray) -> np.ndarray:
         """``(n, m)`` substring values of ``(n, W)`` codes."""
         return _substrings(np.ascontiguousarray(words, dtype=np.uint64), self.sub_starts,
                            self.sub_widths, self._word_width)
+
+    def distinct_substrings(self, j: int) -> np.ndarray:
+        """Table ``j``'s distinct substring values, ascending (computed on demand)."""
+        return distinct_values(self.tables, self.words, j, self._word_width)
+
+    def table_direct(self) -> list[bool]:
+        """Whether each table is direct-addressed (else hashed)."""
+        return self.tables.direct
+
+    def bucket_positions(self, j: int, value: int) -> np.ndarray:
+        """Positions (into :attr:`words` / :attr:`ids`) of the items whose substring ``j`` is
+        ``value``, ascending: a lookup of table ``j`` (tests and tools)."""
+        lo, hi = _bucket_of(np.uint64(value), j, *self.tables.lookup_args(), self.words,
+                            self._word_width)
+        n = self.ntotal
+        return self.tables.positions[j * n + lo:j * n + hi].astype(np.int64)
 
     # ------------------------------------------------------------------ counts
     def step_probes(self, max_distance: int) -> list[int]:
@@ -827,33 +778,33 @@ class MultiIndex(IndexBase):
 
     # ------------------------------------------------------------------ search
     def _run(self, xq, max_radius, k, stats, max_results=None):
-        if k < 0 and xq.shape[1] == 1 and max_radius < self.substrings:
+        if k < 0 and self.one_word and max_radius < self.substrings:
             return self._run_exact(xq, max_radius, stats, max_results)
         per_step = self._step_array(max_radius)
-        flat, bases = self.flat, self.bases
+        t = self.tables
         stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.sub_starts, self.sub_widths, self._word_width, per_step,
                 max_radius, k, self.max_probes, stats, check_max_results(max_results), stop,
-                flat["codes"], bases["codes"], flat["slots"], bases["slots"], flat["bitmap"],
-                bases["bitmap"], self._table_shift, self._filter_shift, self._direct,
-                flat["offsets"], bases["offsets"], flat["ids"], self.words, self.ids)
+                t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words, self.ids)
         lims, D, I, rest = self._chunked(xq, args)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
                 else (lims, D, I))
 
+    def knn_incremental(self) -> bool:
+        """Whether k-NN runs :mod:`index.mih_knn`'s incremental search (one-word codes, every
+        substring narrower than 64 bits) rather than :func:`_mih_kernel`'s radius steps."""
+        return self.one_word and int(self.sub_widths.max(initial=0)) < MAX_SUBSTRING_BITS
+
     def _knn_csr(self, xq, k, stats, max_radius):
-        """k-NN: one-word codes with every substring narrower than 64 bits by the incremental
-        search of :mod:`index.mih_knn` over the exact layout's (code, id) rows, read in place (no
-        visit stamps, no copy: a contiguous copy of the codes measured 1.2-1.3x faster but
-        costs 8 bytes per item and table); longer codes by :func:`_mih_kernel`'s radius steps."""
-        if not self._exact_args or int(self.sub_widths.max(initial=0)) >= MAX_SUBSTRING_BITS:
+        """k-NN: :mod:`index.mih_knn`'s incremental search when :meth:`knn_incremental`, else
+        :func:`_mih_kernel`'s radius steps."""
+        if not self.knn_incremental():
             return self._run(xq, max_radius, k, stats)
-        sub_shift, sub_mask, tables, starts, codes, slots, bitmap, offsets, items = \
-            self._exact_args
+        t = self.tables
         args = (k, max_radius, self.sub_widths, self._step_array(max_radius), self.max_probes,
-                bool(stats), sub_shift, sub_mask, tables, starts, codes, slots, bitmap,
-                offsets, items[:, 0], items[:, 1], self.words, self.ids)
+                bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words,
+                self.ids, self._word_width)
         lims, D, I, rest = run_chunked(lambda chunk: _mih_knn_kernel(chunk, *args), xq,
                                        self.threads)
         return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
@@ -865,7 +816,9 @@ class MultiIndex(IndexBase):
         without ``stats`` the kernel gets None for its statistics (its compiled form without
         them)."""
         stats = bool(stats)
-        args = (R, *self._exact_args, check_max_results(max_results),
+        t = self.tables
+        args = (R, t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words, self.ids,
+                self._word_width, check_max_results(max_results),
                 ns_per_tick() if stats else 1.0)
         lims, D, I, st, reached = run_resumable_chunked(
             _mih_exact_kernel, xq, R + 1, stats, UNIQUE_CANDIDATES + 1, self.threads, args,
@@ -874,17 +827,20 @@ class MultiIndex(IndexBase):
         return (lims, D, I, self._tagged(st, -1)) if stats else (lims, D, I)
 
     def _chunked(self, xq, args):
-        """:func:`run_chunked` over query chunks, each with its own visit-stamp array."""
-        pool = self._stamps
+        """:func:`run_chunked` over query chunks, each with its own visit bitset."""
+        pool = self._visits
 
         def kernel(chunk):
-            entry = pool.acquire()
+            visited = pool.acquire()
             try:
-                out = _mih_kernel(chunk, *args, entry[0], entry[1])
-                entry[1] = out[-1]
+                out = _mih_kernel(chunk, *args, visited)
+            except BaseException:
+                visited = None  # maybe not cleared: not reused
+                raise
             finally:
-                pool.release(entry)
-            return out[:-1]
+                if visited is not None:
+                    pool.release(visited)
+            return out
 
         return run_chunked(kernel, xq, self.threads)
 
@@ -895,21 +851,60 @@ class MultiIndex(IndexBase):
 
     # ------------------------------------------------------------------ persistence
     def snapshot(self) -> tuple[dict, dict]:
-        """``(meta, arrays)`` of a snapshot (see :mod:`index.storage.store`)."""
+        """``(meta, arrays)`` of a snapshot (see :mod:`index.storage.store`): the items and the
+        substring tables as they are (a load maps them, nothing is rebuilt)."""
         meta = {"substrings": self.substrings, "fixed_substrings": self.fixed_substrings,
-                "max_probes": self.max_probes,
-                "direct": [bool(t.direct) for t in self.tables],
-                "lengths": {name: np.diff(self.bases[name]).tolist() for name in TABLE_ARRAYS}}
+                "max_probes": self.max_probes, "layout": "positions",
+                "distinct": self.tables.distinct}
         arrays = {"words": self.words, "ids": self.ids,
-                  **{f"table_{name}": a for name, a in self.flat.items()}}
+                  **{f"table_{name}": a for name, a in self.tables.arrays().items()}}
         return meta, arrays
 
     @classmethod
     def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> MultiIndex:
+        """The index of a snapshot. Formats 1-3 (bucket tables of distinct substrings,
+        ``table_codes`` ... ``table_bitmap``): the tables are built again from the items."""
         index = cls(bits, substrings=meta["fixed_substrings"], max_probes=meta["max_probes"])
         m = int(meta["substrings"])
         starts, widths = substring_ranges(index.bits, m)
-        flat = {name: arrays[f"table_{name}"] for name in TABLE_ARRAYS}
-        index._install(arrays["words"], arrays["ids"], starts, widths, flat, meta["direct"],
-                       meta["lengths"])
+        words, ids = arrays["words"], arrays["ids"]
+        if meta.get("layout") != "positions":
+            if not _sorted_by_code_id(words, ids):
+                words, ids = sort_items(words, ids)
+            index._install(words, ids, starts, widths,
+                           build_tables(index.bits, words, starts, widths, index._word_width))
+            return index
+        tables = SubstringTables(*(arrays[f"table_{name}"] for name in TABLE_ARRAYS),
+                                 meta["distinct"])
+        if tables.tables.shape != (m, len(table_rows(index.bits, starts, widths)[0])) or \
+                (tables.tables[:, -2:] != table_rows(index.bits, starts, widths)[:, -2:]).any():
+            raise ValueError(f"substring tables of {tables.tables.shape[0]} rows do not match "
+                             f"{m} substrings of {index.bits}-bit codes")
+        index._install(words, ids, starts, widths, tables)
         return index
+
+
+@njit
+def _bucket_of(key, j, tables, starts, slots, bitmap, positions, words, word_width):
+    lo, end = bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width)
+    return lo, bucket_end(key, j, lo, end, tables, positions, words, word_width)
+
+
+@njit
+def _sorted_by_code_id_kernel(words, ids):
+    n, W = words.shape
+    for i in range(1, n):
+        order = 0  # -1, 0, 1: row i below, equal to, above row i - 1
+        for w in range(W):
+            if words[i, w] != words[i - 1, w]:
+                order = 1 if words[i, w] > words[i - 1, w] else -1
+                break
+        if order < 0 or (order == 0 and ids[i] <= ids[i - 1]):
+            return False
+    return True
+
+
+def _sorted_by_code_id(words, ids) -> bool:
+    """Whether items are in strictly ascending (code, id) order (one pass)."""
+    return bool(_sorted_by_code_id_kernel(np.ascontiguousarray(words, dtype=np.uint64),
+                                          np.ascontiguousarray(ids, dtype=np.int64)))

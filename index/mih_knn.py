@@ -11,9 +11,9 @@ met so far and stops after the first step ``R`` at which it holds ``k`` of them 
 distance ``<= R`` (every item tied with the k-th is then known too, so the tie order by id is
 exact), or at ``max_radius``.
 
-Candidates are read from the exact layout's ``table_items`` (each table's items as (code, id)
-in bucket order, :meth:`MultiIndex._exact_layout`): a probe is one load of the bucket's range
-and its items are contiguous, with no indirection through the shared arrays. An item met in
+Candidates are read through the substring tables' positions (:mod:`index.mih_tables`: a
+probe is :func:`~bucketsearch.index.mih_tables.bucket`, the bucket's items are
+``words[positions[t]]``, their ids read only for an item that enters the top-k). An item met in
 several tables is deduplicated at insertion into the top-k (sorted by (distance, id), a copy
 is the entry just before its insertion point); one evicted from the top-k would be rejected
 again. No visit stamps.
@@ -34,11 +34,7 @@ import numpy as np
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
-from bucketsearch.index.table import HASH_MULTIPLIER, filter_word_mask
-
-#: columns of MultiIndex._exact_layout's per-table rows (kept equal to index.mih's T_*)
-T_DIRECT, T_STARTS, T_CODES, T_SLOTS, T_SLOT_MASK, T_BITMAP, T_TABLE_SHIFT, T_FILTER_SHIFT, \
-    T_OFFSETS = range(9)
+from bucketsearch.index.mih_tables import T_DIRECT, T_MASK, T_SHIFT, bucket
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
 
@@ -66,9 +62,8 @@ def _offer(td, ti, filled, d, v):
 
 
 @njit
-def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, sub_shift,
-                    sub_mask, tables, starts, codes, slots, bitmap, offsets, item_codes,
-                    item_ids, words, ids):
+def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, tables,
+                    starts, slots, bitmap, positions, words, ids, word_width):
     """The ``k`` nearest items within ``max_radius`` of every query (one-word codes) by the
     incremental multi-index search of the module docstring. Returns :func:`chunk_result`'s
     tuple: CSR counts, D, I ordered by (distance, id), statistics ``(7, nq, max_radius + 1)``,
@@ -88,6 +83,12 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     ti = np.empty(len(td), dtype=np.int64)
     kk = len(td)
     spans = np.empty(2 * SPAN_BLOCK, dtype=np.int64)
+    span_keys = np.empty(SPAN_BLOCK, dtype=np.uint64)
+    sub_shift = np.empty(m, dtype=np.uint64)
+    sub_mask = np.empty(m, dtype=np.uint64)
+    for j in range(m):
+        sub_shift[j] = np.uint64(tables[j, T_SHIFT])
+        sub_mask[j] = np.uint64(tables[j, T_MASK])
     n_out = 0
     for qi in range(nq):
         t_query = monotonic_ns() if with_stats else 0
@@ -137,28 +138,12 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 while nb < SPAN_BLOCK:
                     key = key0 ^ mask
                     probes += 1
-                    lo = 0
-                    hi = 0
-                    if tables[j, T_DIRECT]:
-                        b0 = tables[j, T_STARTS] + np.int64(key)
-                        lo = starts[b0]
-                        hi = starts[b0 + 1]
-                    else:
-                        h = key * HASH_MULTIPLIER
-                        f, fbits = filter_word_mask(h, np.uint64(tables[j, T_FILTER_SHIFT]))
-                        if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
-                            sb = tables[j, T_SLOTS]
-                            sl = h >> np.uint64(tables[j, T_TABLE_SHIFT])
-                            b = slots[sb + np.int64(sl)]
-                            while b >= 0 and codes[tables[j, T_CODES] + b, 0] != key:
-                                sl = (sl + np.uint64(1)) & np.uint64(tables[j, T_SLOT_MASK])
-                                b = slots[sb + np.int64(sl)]
-                            if b >= 0:
-                                lo = offsets[tables[j, T_OFFSETS] + b]
-                                hi = offsets[tables[j, T_OFFSETS] + b + 1]
+                    lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
+                                    word_width)
                     if hi > lo:
                         spans[2 * nb] = base + lo
                         spans[2 * nb + 1] = base + hi
+                        span_keys[nb] = key
                         nb += 1
                     if s == 0:
                         done = True
@@ -172,12 +157,17 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                         break
                 # pass 2: verify their items
                 nonempty += nb
+                hashed = not tables[j, T_DIRECT]
                 for bi in range(nb):
                     lo = spans[2 * bi]
                     hi = spans[2 * bi + 1]
-                    cands += hi - lo
                     for t in range(lo, hi):
-                        diff = q ^ item_codes[t]
+                        p = np.int64(positions[t])
+                        diff = q ^ words[p, 0]
+                        if hashed and (words[p, 0] >> sub_shift[j]) & sub_mask[j] \
+                                != span_keys[bi]:
+                            break  # past the bucket's end (a hashed table's bucket)
+                        cands += 1
                         d = popcount64(diff)
                         if with_stats:
                             # first visit: met at step min_jj (m d_jj + jj), this one
@@ -190,8 +180,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                         # the test against the k-th inline, _offer (its array arguments
                         # refcounted at every call) only for an item that enters
                         if d < bound or (d == bound and (filled < kk
-                                                         or np.int64(item_ids[t]) < bound_id)):
-                            filled = _offer(td, ti, filled, d, np.int64(item_ids[t]))
+                                                         or ids[p] < bound_id)):
+                            filled = _offer(td, ti, filled, d, ids[p])
                             if filled == kk:
                                 bound = td[kk - 1]
                                 bound_id = ti[kk - 1]

@@ -317,13 +317,14 @@ class AutoIndex(IndexBase):
         qsubs = self.mih.substring_codes(xq)
         dsubs = self.mih.substring_codes(data)
         self.sub_items, self.sub_codes = [], []
-        for j, table in enumerate(self.mih.tables):
+        for j in range(self.mih.substrings):
             w = int(self.mih.sub_widths[j])
             qj = np.ascontiguousarray(qsubs[:, j:j + 1])
             self.sub_items.append(_distance_histograms(
                 qj, np.ascontiguousarray(dsubs[:, j:j + 1]), w).mean(axis=0)
                 * (self.ntotal / max(len(data), 1)))
-            tcodes, tscale = _sample_rows(table.codes, PROFILE_SAMPLE, rng)
+            tcodes, tscale = _sample_rows(self.mih.distinct_substrings(j).reshape(-1, 1),
+                                          PROFILE_SAMPLE, rng)
             self.sub_codes.append(_distance_histograms(qj, tcodes, w).mean(axis=0) * tscale)
 
     def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
@@ -490,7 +491,7 @@ class AutoIndex(IndexBase):
             predicted["scan"] = self.scan_knn_ns_per_item * max(self.ntotal, 1)
             # mih k-NN of one-word codes (index.mih_knn) has its own costs; longer codes
             # switch to a scan past the probe budget, never fail
-            predicted["mih"] = (self.knn_predicted(R) if self.mih._exact_args
+            predicted["mih"] = (self.knn_predicted(R) if self.mih.knn_incremental()
                                 else predicted["mih"] or predicted["scan"])
         predicted = {m: None if v is None else v + self.call_ns[m] / max(nq, 1)
                      for m, v in predicted.items()}

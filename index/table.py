@@ -232,19 +232,6 @@ class BucketTable:
         """Items per non-empty bucket, in bucket order."""
         return np.diff(self.offsets)
 
-    def bucket_starts(self) -> np.ndarray:
-        """Bucket bounds by code value, for a direct table: ``starts[c]:starts[c + 1]`` are the
-        table positions (entries of :attr:`ids`) of code ``c``, an empty range when no item
-        has it; ``2^bits + 1`` entries, int32 when the positions fit. One load finds a bucket
-        and its size (``slots`` then ``offsets`` are two dependent loads)."""
-        if not self.direct:
-            raise ValueError(f"bucket_starts needs a direct-addressed table ({self.bits} bits, "
-                             f"{self.distinct_codes} distinct codes: hashed)")
-        dtype = np.int32 if self.ntotal < 2**31 else np.int64
-        starts = np.zeros((1 << self.bits) + 1, dtype=dtype)
-        starts[self.codes[:, 0].astype(np.int64) + 1] = self.bucket_sizes()
-        return np.cumsum(starts, out=starts)
-
     def item_words(self) -> np.ndarray:
         """Each item's code, in table order (aligned with ``ids``)."""
         return np.repeat(self.codes, self.bucket_sizes(), axis=0)

@@ -1,9 +1,10 @@
-"""Multi-index hashing's exact-substring path (issue 17, ``R < m``, one-word codes) piece by
-piece against plain-numpy twins: the layout it derives from the tables (bucket starts of a
-direct table, items in bucket order with ids ascending), the ordering of a query's results
-(:func:`_order_runs`), and the whole search against brute force with direct and hashed
-tables, statistics clocked per group of queries, many results per query, a full output
-buffer with statistics on, the result cap and a snapshot round trip."""
+"""Multi-index hashing's substring tables (positions only, :mod:`index.mih_tables`) and its
+exact-substring path (issue 17, ``R < m``, one-word codes) piece by piece against plain-numpy
+twins: each table's positions by (substring, position) and its lookups, the memory they
+take, the ordering of a query's results (:func:`_order_results`), and the whole search
+against brute force with direct and hashed tables, statistics clocked per group of queries,
+many results per query, a full output buffer with statistics on, the result cap and a
+snapshot loaded (mapped) without a rebuild."""
 import math
 
 import numpy as np
@@ -12,108 +13,97 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
-from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_SORT, MultiIndex, _order_runs,
-                                    _table_items, substring_ranges)
-from bucketsearch.index.table import BucketTable
+from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_SORT, MultiIndex, _order_results,
+                                    substring_ranges)
+from bucketsearch.index.codes import unpack_words
 from tests import naive
 from tests.test_small_radii import _data, _same, _substring_counts
-
-# ----------------------------------------------------------------------------- twins
-
-
-def starts_twin(codes, offsets, bits):
-    """``starts[c]``: the first table position of a code >= c (so ``c``'s items are
-    ``starts[c]:starts[c + 1]``)."""
-    values = np.arange((1 << bits) + 1, dtype=np.uint64)
-    return offsets[np.searchsorted(codes[:, 0], values, side="left")]
-
-
-def table_items_twin(offsets, positions, words, ids):
-    """``(code, id)`` per table position, each bucket's items ordered by id."""
-    bucket = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    order = positions[np.lexsort((ids[positions], bucket))]
-    return np.stack([words[order, 0], ids[order].view(np.uint64)], axis=1)
-
 
 # ----------------------------------------------------------------------------- layout
 
 
-@settings(max_examples=60, deadline=None)
-@given(bits=st.integers(1, 12), values=st.lists(st.integers(0, 4095), max_size=40))
-def test_bucket_starts_match_a_search_of_the_codes(bits, values):
-    xb = (np.array(values, dtype=np.uint64) & np.uint64((1 << bits) - 1)).reshape(-1, 1)
-    table = BucketTable.build(bits, xb, np.arange(len(xb), dtype=np.int64))
-    assert table.direct
-    starts = table.bucket_starts()
-    assert starts.dtype == np.int32 and len(starts) == (1 << bits) + 1
-    assert (starts == starts_twin(table.codes, table.offsets, bits)).all()
-    for c in range(1 << bits):  # every code's items, and none of the others
-        assert (np.sort(table.ids[starts[c]:starts[c + 1]])
-                == np.flatnonzero(xb[:, 0] == c)).all()
-
-
-def test_bucket_starts_of_a_hashed_table_is_refused():
-    table = BucketTable.build(40, np.array([[1], [2 ** 39]], dtype=np.uint64),
-                              np.arange(2, dtype=np.int64))
-    assert not table.direct
-    with pytest.raises(ValueError, match="direct"):
-        table.bucket_starts()
+def table_twin(xb, bits, m, j):
+    """Table ``j`` of code-sorted ``xb``: positions by (substring, position) (a stable
+    argsort of the substrings, read bit by bit) and the substring values."""
+    starts, widths = substring_ranges(bits, m)
+    s, w = int(starts[j]), int(widths[j])
+    bitrows = unpack_words(xb, bits)[:, s:s + w].astype(np.uint64)
+    subs = np.zeros(len(xb), dtype=np.uint64)
+    for c in range(w):
+        subs = (subs << np.uint64(1)) | bitrows[:, c]
+    return np.argsort(subs, kind="stable"), subs
 
 
 @settings(max_examples=40, deadline=None)
-@given(bits=st.sampled_from([6, 20, 40]), m=st.integers(1, 4), n=st.integers(0, 80),
+@given(bits=st.sampled_from([6, 20, 40, 64]), m=st.integers(1, 4), n=st.integers(0, 80),
        data=st.data())
-def test_table_items_are_the_buckets_with_ids_ascending(bits, m, n, data):
-    """Big buckets too (more than SMALL_SORT items: np.argsort), negative ids."""
+def test_tables_hold_positions_by_substring_then_position(bits, m, n, data):
+    """Each table is every position once, ordered by (substring, position); a lookup of any
+    value (present or not) gives exactly the positions whose substring has it; the arrays are
+    uint32 and no copy of codes, ids or distinct substrings is kept. Counting sort (short
+    substrings), radix sort (long ones) and the leading table alike."""
+    m = min(m, bits)
     xb, _, ids = _data(data.draw, bits, n, 1)
-    ids = ids - n
     index = MultiIndex(bits, substrings=m)
-    index.add(xb, ids)
-    items = index._exact_args[-1]
-    assert items.shape == (m * n, 2) and items.dtype == np.uint64
-    for j, table in enumerate(index.tables):
-        twin = table_items_twin(table.offsets, table.ids, index.words, index.ids)
-        assert (items[j * n:(j + 1) * n] == twin).all()
-    out = np.zeros((n, 2), dtype=np.uint64)
-    if n:  # the kernel itself, on table 0
-        _table_items(index.tables[0].offsets, index.tables[0].ids, index.words, index.ids, out)
-        assert (out == items[:n]).all()
+    index.add(xb, ids - n)
+    t = index.tables
+    assert t.positions.dtype == np.uint32 and t.positions.shape == (m * n,)
+    for j in range(m):
+        order, subs = table_twin(index.words, bits, m, j)
+        assert (t.positions[j * n:(j + 1) * n] == order).all()
+        assert t.distinct[j] == len(np.unique(subs))
+        assert (index.distinct_substrings(j) == np.unique(subs)).all()
+        probe = np.unique(np.concatenate([subs, subs ^ np.uint64(1), [np.uint64(0)]]))
+        probe &= np.uint64((1 << int(index.sub_widths[j])) - 1)
+        for v in probe:
+            assert (index.bucket_positions(j, int(v)) == np.flatnonzero(subs == v)).all()
+    assert index.memory_bytes() == sum(a.nbytes for a in (
+        index.words, index.ids, t.positions, t.starts, t.slots, t.bitmap, t.tables))
 
 
-def test_memory_counts_the_exact_layout():
+def test_a_hashed_table_from_the_counting_sort():
+    """17-bit substrings of many items with few values: sorted by counting, looked up hashed."""
+    rng = np.random.default_rng(4)
+    values = rng.integers(0, 1 << 34, 5, dtype=np.uint64)
+    xb = values[rng.integers(0, 5, 40_000)].reshape(-1, 1)
+    index = MultiIndex(34, substrings=2)
+    index.add(xb)
+    assert index.table_direct() == [False, False]
+    xq = np.concatenate([values.reshape(-1, 1), values.reshape(-1, 1) ^ np.uint64(1 << 20)])
+    for R in (0, 1, 3):
+        _same(index.range_search(xq, R),
+              naive.range_search(xq, xb, np.arange(len(xb)), 34, R))
+
+
+def test_memory_is_items_positions_and_bucket_starts():
+    """24-bit codes, 2 direct tables of 12 bits: 16 + 2 x 4 bytes per item and 2 x 4097
+    starts."""
     rng = np.random.default_rng(0)
     index = MultiIndex(24, substrings=2)
     index.add(rng.integers(0, 1 << 24, (1000, 1), dtype=np.uint64))
-    items = index._exact_args[-1]
-    starts = index._exact_args[3]
-    assert items.nbytes == 2 * 1000 * 16 and len(starts) == 2 * (4096 + 1)
-    tables = sum(a.nbytes for a in index.flat.values())
-    assert index.memory_bytes() >= index.words.nbytes + index.ids.nbytes + tables + \
-        items.nbytes + starts.nbytes
+    t = index.tables
+    assert index.table_direct() == [True, True] and len(t.starts) == 2 * (4096 + 1)
+    assert index.memory_bytes() == 1000 * 16 + 2 * 1000 * 4 + 2 * 4097 * 4 + t.slots.nbytes \
+        + t.bitmap.nbytes + t.tables.nbytes
 
 
 # ----------------------------------------------------------------------------- ordering
 
 
 @settings(max_examples=80, deadline=None)
-@given(data=st.data(), n_runs=st.integers(1, 4), max_d=st.integers(0, 5))
-def test_order_runs_matches_lexsort(data, n_runs, max_d):
-    """Runs of ascending ids (distinct over the query), any distances: (distance, id) order,
-    the entries before ``lo`` untouched."""
-    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=70))
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), min_size=n_runs - 1,
-                                     max_size=n_runs - 1)))
-    bounds = [0, *cuts, len(ids)]
-    runs_ids = [sorted(ids[a:b]) for a, b in zip(bounds, bounds[1:])]
+@given(data=st.data(), max_d=st.integers(0, 5))
+def test_order_results_matches_lexsort(data, max_d):
+    """Any ids (distinct over the query), any distances: (distance, id) order, the entries
+    before ``lo`` untouched."""
+    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=90))
     lo = data.draw(st.integers(0, 3))
     n = len(ids)
     out_i = np.full(lo + 2 * n + 1, -7, dtype=np.int64)
     out_d = np.full(lo + 2 * n + 1, -7, dtype=np.int32)
-    out_i[lo:lo + n] = np.concatenate([np.array(r, dtype=np.int64) for r in runs_ids])
+    out_i[lo:lo + n] = ids
     out_d[lo:lo + n] = data.draw(st.lists(st.integers(0, max_d), min_size=n, max_size=n))
     expected = naive_order(out_d[lo:lo + n], out_i[lo:lo + n])
-    runs = np.array([lo + b for b in bounds], dtype=np.int64)
-    _order_runs(out_d, out_i, lo, lo + n, runs, np.zeros(max_d + 2, dtype=np.int64))
+    _order_results(out_d, out_i, lo, lo + n, np.zeros(max_d + 2, dtype=np.int64))
     assert (out_d[lo:lo + n] == expected[0]).all() and (out_i[lo:lo + n] == expected[1]).all()
     assert (out_d[:lo] == -7).all() and (out_i[:lo] == -7).all()
 
@@ -173,7 +163,7 @@ def test_direct_hashed_and_mixed_tables(bits, m, direct):
     xq = np.concatenate([xb[:50] ^ np.uint64(1 << 25), xb[50:60], xb[200:210]])
     index = MultiIndex(bits, substrings=m)
     index.add(xb)
-    assert [t.direct for t in index.tables] == direct
+    assert index.table_direct() == direct
     for R in range(m):
         _same(index.range_search(xq, R), naive.range_search(xq, xb, np.arange(300), bits, R))
 
@@ -220,7 +210,7 @@ def test_result_cap_with_statistics():
 
 
 @pytest.mark.parametrize("mmap", [False, True])
-def test_the_layout_is_derived_again_after_load(tmp_path, mmap):
+def test_the_tables_are_loaded_not_rebuilt(tmp_path, mmap):
     rng = np.random.default_rng(9)
     bits = 48
     xb = rng.integers(0, 1 << bits, (500, 1), dtype=np.uint64)
@@ -232,8 +222,10 @@ def test_the_layout_is_derived_again_after_load(tmp_path, mmap):
     xq = xb[::7]
     for R in range(3):
         _same(loaded.range_search(xq, R), index.range_search(xq, R))
-    for a, b in zip(loaded._exact_args, index._exact_args):
-        assert np.array_equal(a, b)
+    for name, a in index.tables.arrays().items():
+        b = getattr(loaded.tables, name)
+        assert np.array_equal(a, b) and a.dtype == b.dtype, name
+        assert isinstance(b, np.memmap) == mmap or isinstance(b.base, np.memmap) == mmap
 
 
 def test_exact_plan_is_the_pigeonhole_bound():

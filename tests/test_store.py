@@ -1,5 +1,6 @@
 """Snapshots: atomic, checksummed, refuse corrupt or newer-format directories."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +64,27 @@ def legacy_single_arrays(words, ids, bits=64) -> tuple[dict, dict]:
     return {"direct": table.direct}, table.arrays()
 
 
+def legacy_mih_arrays(index) -> tuple[dict, dict]:
+    """A format 1-3 multi-index: per substring a :class:`BucketTable` of the substring values
+    holding positions into the items (``table_codes``, ``table_offsets``, ``table_ids``,
+    ``table_slots``, ``table_bitmap``, concatenated) and its meta."""
+    from bucketsearch.index.radix import sort_pairs
+    subs = index.substring_codes(index.words)
+    n = index.ntotal
+    tables = []
+    for j in range(index.substrings):
+        keys, order = sort_pairs(np.ascontiguousarray(subs[:, j]), np.arange(n))
+        tables.append(BucketTable.from_sorted(int(index.sub_widths[j]), keys.reshape(-1, 1),
+                                              order.astype(np.int32)))
+    names = ("codes", "offsets", "ids", "slots", "bitmap")
+    meta = {"substrings": index.substrings, "fixed_substrings": index.fixed_substrings,
+            "max_probes": index.max_probes, "direct": [t.direct for t in tables],
+            "lengths": {k: [len(getattr(t, k)) for t in tables] for k in names}}
+    arrays = {"words": index.words, "ids": index.ids,
+              **{f"table_{k}": np.concatenate([getattr(t, k) for t in tables]) for k in names}}
+    return meta, arrays
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_format_1_and_2_auto_snapshots_still_load(tmp_path, version):
     """A version-1 ``auto`` snapshot (the single table a bucket table, its ids stored again as
@@ -79,10 +101,12 @@ def test_format_1_and_2_auto_snapshots_still_load(tmp_path, version):
     meta, arrays = index.snapshot()
     assert "single_ids" not in arrays and "single_words" not in arrays and "mih_ids" in arrays
     single_meta, single = legacy_single_arrays(words, ids)
-    old = {k: v for k, v in arrays.items() if not k.startswith("single_")}
+    mih_meta, mih = legacy_mih_arrays(index.mih)
+    old = {f"mih_{k}": v for k, v in mih.items()}
     old.update({f"single_{k}": v for k, v in single.items() if k != "ids"})
     old_meta = {k: v for k, v in meta.items() if k != "single_table"}
     old_meta["direct"] = single_meta["direct"]
+    old_meta["mih"] = mih_meta
     if version == 1:
         old = {k: (v.astype(np.int64) if v.dtype == np.int32 else v) for k, v in old.items()}
         old["single_ids"] = arrays["mih_ids"].copy()
@@ -129,3 +153,44 @@ def test_format_2_single_snapshot_still_loads(tmp_path, bits):
         want = index.range_search(queries, R)
         got = HammingIndex.load(tmp_path / "old").range_search(queries, R)
         assert all((a == b).all() for a, b in zip(got, want)), R
+
+
+FORMAT3 = Path(__file__).parent / "data" / "format3"
+
+
+@pytest.mark.parametrize("name, bits", [("auto64", 64), ("mih64", 64), ("mih128", 128)])
+@pytest.mark.parametrize("mmap", [False, True])
+def test_format_3_snapshots_still_load(tmp_path, name, bits, mmap):
+    """Snapshots written by format 3 (commit 428bbce: the multi-index's bucket tables of
+    distinct substrings, hashed here, with the exact layout derived at load) load, the
+    substring tables built again from their items, and answer like brute force; saved again,
+    they are format 4 and load mapped, with no rebuild."""
+    from bucketsearch.index.mih import MultiIndex
+    from bucketsearch.index.planner import AutoIndex
+    from tests import naive
+    words = np.load(FORMAT3 / f"{name}_words.npy")
+    ids = np.load(FORMAT3 / f"{name}_ids.npy")
+    kind, meta, arrays = load_arrays(FORMAT3 / name, mmap=mmap)
+    assert json.loads((FORMAT3 / name / "manifest.json").read_text())["format_version"] == 3
+    assert "codes" in (meta["mih"] if kind == "auto" else meta)["lengths"]  # bucket tables
+    cls = AutoIndex if kind == "auto" else MultiIndex
+    loaded = cls.load(FORMAT3 / name, mmap=mmap)
+    mih = loaded.mih if kind == "auto" else loaded
+    assert mih.substrings == 3 or kind == "auto"
+    xq = np.concatenate([words[:20], words[260:270] ^ np.uint64(2)])
+    for R in (0, 1, 2, 4, 7):
+        want = naive.range_search(xq, words, ids, bits, R)
+        got = loaded.range_search(xq, R)
+        assert all((a == b).all() for a, b in zip(got, want)), R
+    want = naive.knn(xq, words, ids, bits, 5)
+    got = loaded.search(xq, 5)
+    assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+    loaded.save(tmp_path / "again")
+    doc = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    assert doc["format_version"] == FORMAT_VERSION == 4
+    again = cls.load(tmp_path / "again", mmap=True)
+    again_mih = again.mih if kind == "auto" else again
+    assert isinstance(again_mih.tables.positions, np.memmap) or \
+        isinstance(again_mih.tables.positions.base, np.memmap)
+    assert all((a == b).all()
+               for a, b in zip(again.range_search(xq, 4), loaded.range_search(xq, 4)))

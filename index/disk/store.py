@@ -26,8 +26,13 @@ from bucketsearch.index.disk import fsio
 #: int32. 3: the single table (``single`` and auto's) stores the items and int32 slots of
 #: positions (:class:`index.item_table.ItemTable`) instead of distinct codes, offsets, slots and
 #: a filter; auto's stores only ``single_slots``. Versions 1-2 load as before (the single table
-#: indexed again from their items).
-FORMAT_VERSION = 3
+#: indexed again from their items). 4: the multi-index (``mih`` and auto's ``mih_*``) stores its
+#: substring tables as positions into the shared items (:mod:`index.mih_tables`:
+#: ``table_positions``, ``table_starts``, ``table_slots``, ``table_bitmap``, ``table_tables``;
+#: meta ``layout: "positions"``), mapped as they are on load; versions 1-3 (bucket tables of
+#: distinct substrings, ``table_codes`` ... ``table_bitmap``) load with the tables built again
+#: from their items.
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 CHUNK = 1 << 22
 

@@ -1,0 +1,383 @@
+"""The multi-index's substring tables, positions only: layout, lookup and build.
+
+The items are stored once, sorted by (code, id): ``words`` ``(n, W)`` uint64 and ``ids``
+``(n,)`` int64 (shared with an :class:`~bucketsearch.index.planner.AutoIndex`'s single table and
+scan). Substring table ``j`` (bits ``start_j .. start_j + w_j`` of the code, see
+:func:`bucketsearch.index.mih.substring_ranges`) is:
+
+* ``positions[j * n:(j + 1) * n]``: every item's position in ``words`` / ``ids``, ordered by
+  (substring ``j``, position), so a substring value's *bucket* is one run ``lo:hi`` of it, its
+  positions ascending (the items of near codes verified in the order they are stored). uint32
+  below 2^32 items, else uint64 (:func:`position_dtype`);
+* a lookup from a substring value to its bucket, one of:
+
+  - **direct** (``w_j <= 16``, or ``w_j <= DIRECT_MAX_BITS`` with
+    ``2^w_j <= DIRECT_PER_DISTINCT * distinct``): ``starts[s]:starts[s + 1]`` bounds value
+    ``s``'s bucket (``2^w_j + 1`` entries of the position dtype; one load, no comparison);
+  - **hashed**: the single table's slot layout (:mod:`bucketsearch.index.item_table`: open
+    addressing of ``ceil(SLOTS_PER_CODE * distinct)`` slots ``((lo + 1) << fp_bits) |
+    fingerprint``, Lemire's range reduction, a blocked Bloom filter of
+    ``FILTER_BITS_PER_CODE`` bits per distinct value before it) keyed by
+    ``key * HASH_MULTIPLIER``. A fingerprint match is confirmed by the substring of the item
+    at ``lo``; the bucket's end is where the substring of the next positions changes.
+
+No copy of the distinct substring values, of offsets, or of the codes and ids in table order
+is kept: a bucket's items are read through their positions. Bytes per item at 10M uniform
+64-bit codes (m = 3 direct tables of 22, 21, 21 bits): 16 (items) + 12 (positions) + 3.4
+(bucket starts) = 31.4.
+
+Per-table metadata is one ``(m, T_COLUMNS)`` int64 array ``tables`` (columns ``T_*``), the
+hashed tables' slots and filters concatenated in ``slots`` and ``bitmap``, the direct tables'
+bucket starts in ``starts``.
+
+Build (:func:`build_tables`): table 0's substring is the code's leading bits, so the
+code-sorted items are already in its order (positions ``0..n-1``); every other table is one
+counting sort by substring value when ``2^w <= COUNTING_MAX_FACTOR * n`` (a histogram, its
+prefix sums, which are a direct table's bucket starts, and one scatter of the positions;
+stable, so a bucket's positions ascend), else the LSD radix sort of
+:func:`bucketsearch.index.radix.sort_pairs`. Linear passes, no Python per item.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bucketsearch.index._jit import njit
+from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
+                                           filter_word_bits, home_and_fingerprint, slot_layout)
+from bucketsearch.index.radix import sort_pairs
+from bucketsearch.index.table import HASH_MULTIPLIER
+
+DIRECT_MAX_BITS = 24
+#: a direct table is chosen while its ``2^w`` starts are at most this many per distinct value
+#: (4 bytes each: at most 32 bytes per distinct value, against 7.5 hashed; a lookup is then one
+#: load instead of the filter, a slot and the item's code)
+DIRECT_PER_DISTINCT = 8
+#: counting sort by value while ``2^w`` is at most this many times ``n`` (the histogram's size)
+COUNTING_MAX_FACTOR = 4
+#: columns of ``tables``: direct or hashed, the offset of its starts (direct) or slots (hashed)
+#: in the concatenated arrays, the slot count, the filter's offset and word count, the
+#: fingerprint bits, the one-word substring shift and mask, the substring's first bit and width
+(T_DIRECT, T_BASE, T_SLOTS, T_BITMAP, T_BITMAP_WORDS, T_FP_BITS, T_SHIFT, T_MASK, T_START,
+ T_WIDTH) = range(10)
+T_COLUMNS = 10
+
+
+def position_dtype(n: int) -> type:
+    """Positions (and bucket starts) of a table over ``n`` items: uint32 below 2^32."""
+    return np.uint32 if n < 2**32 else np.uint64
+
+
+@njit(inline="always")
+def substring_of(words, p, start, width, word_width):
+    """Substring ``[start, start + width)`` (bits read most significant first, ``width`` <= 64)
+    of row ``p`` of ``words``, whose word ``w`` holds ``word_width[w]`` bits."""
+    W = words.shape[1]
+    if W == 1:
+        ww = word_width[0]
+        val = words[p, 0] >> np.uint64(ww - start - width)
+        if width < 64:
+            val &= (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+        return val
+    e = start + width
+    val = np.uint64(0)
+    w = start // 64
+    while w * 64 < e and w < W:
+        ww = word_width[w]
+        a = max(start, w * 64)
+        b = min(e, w * 64 + ww)
+        if b > a:
+            seg = words[p, w] >> np.uint64(ww - (b - w * 64))
+            nb = b - a
+            if nb < 64:
+                seg &= (np.uint64(1) << np.uint64(nb)) - np.uint64(1)
+                val = (val << np.uint64(nb)) | seg
+            else:
+                val = seg
+        w += 1
+    return val
+
+
+@njit(inline="always")
+def item_substring(words, p, j, tables, word_width):
+    """Substring ``j`` of item ``p`` (one-word codes: a shift and a mask)."""
+    if words.shape[1] == 1:
+        return (words[p, 0] >> np.uint64(tables[j, T_SHIFT])) & np.uint64(tables[j, T_MASK])
+    return substring_of(words, p, tables[j, T_START], tables[j, T_WIDTH], word_width)
+
+
+@njit(inline="always")
+def bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width):
+    """Bucket of substring value ``key`` in table ``j``: ``(lo, end)``, positions in the
+    table's run of ``positions`` (add ``j * n``); ``lo == end`` when no item has it. Direct:
+    ``end`` is the bucket's end. Hashed: the table's end ``n``, the bucket ending where the
+    substring of the items changes: a caller reading the items checks it (for the query's own
+    substring, its XOR with the item's code is 0 there), which costs nothing next to the read
+    (finding the end here read a large bucket twice: 2x slower radius-0 search of clustered
+    codes). A fingerprint match is confirmed by the substring of the item at ``lo``."""
+    n = words.shape[0]
+    if tables[j, T_DIRECT]:
+        s = tables[j, T_BASE] + np.int64(key)
+        return np.int64(starts[s]), np.int64(starts[s + 1])
+    h = key * HASH_MULTIPLIER
+    f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
+    if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits != fbits:
+        return np.int64(0), np.int64(0)
+    base = tables[j, T_BASE]
+    n_slots = np.uint64(tables[j, T_SLOTS])
+    fpb = np.uint64(tables[j, T_FP_BITS])
+    sl, fp = home_and_fingerprint(h, n_slots, fpb)
+    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+    pb = j * n
+    while True:
+        e = np.uint64(slots[base + np.int64(sl)])
+        if e == np.uint64(0):
+            return np.int64(0), np.int64(0)
+        if (e & fp_mask) == fp:
+            lo = np.int64(e >> fpb) - 1
+            if item_substring(words, np.int64(positions[pb + lo]), j, tables, word_width) == key:
+                return lo, np.int64(n)
+        sl += np.uint64(1)
+        if sl == n_slots:
+            sl = np.uint64(0)
+
+
+@njit(inline="always")
+def bucket_end(key, j, lo, end, tables, positions, words, word_width):
+    """The exact end of the bucket ``(lo, end)`` of :func:`bucket`: ``end`` itself in a direct
+    table, else the first position past ``lo`` whose item's substring is not ``key``."""
+    if tables[j, T_DIRECT] or end <= lo:
+        return end
+    pb = j * words.shape[0]
+    hi = lo + 1
+    while hi < end and item_substring(words, np.int64(positions[pb + hi]), j, tables,
+                                      word_width) == key:
+        hi += 1
+    return hi
+
+
+@njit
+def _all_substrings(words, j, tables, word_width):
+    n = words.shape[0]
+    out = np.empty(n, dtype=np.uint64)
+    for p in range(n):
+        out[p] = item_substring(words, p, j, tables, word_width)
+    return out
+
+
+@njit
+def _counting_sort(words, j, tables, word_width, counts, out):
+    """Positions ``0..n-1`` into ``out`` ordered by (substring ``j``, position): ``counts``
+    (``2^w + 1`` zeros, the position dtype) becomes the bucket starts by value. Returns the
+    number of distinct values."""
+    n = words.shape[0]
+    for p in range(n):
+        counts[item_substring(words, p, j, tables, word_width) + np.uint64(1)] += 1
+    distinct = 0
+    for c in range(1, len(counts)):
+        if counts[c] != 0:
+            distinct += 1
+        counts[c] += counts[c - 1]
+    for p in range(n):
+        s = item_substring(words, p, j, tables, word_width)
+        t = counts[s]
+        out[t] = p
+        counts[s] = t + 1
+    # counts[s] is now the end of value s's bucket, the start of s + 1's: shift back one
+    for c in range(len(counts) - 1, 0, -1):
+        counts[c] = counts[c - 1]
+    counts[0] = 0
+    return distinct
+
+
+@njit
+def _run_count(sorted_keys):
+    distinct = 0
+    for i in range(len(sorted_keys)):
+        if i == 0 or sorted_keys[i] != sorted_keys[i - 1]:
+            distinct += 1
+    return distinct
+
+
+@njit
+def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap):
+    """The hashed lookup of a table whose substring values in table order are
+    ``sorted_keys``: every run's start into the slots (linear probing) and its value into the
+    filter."""
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    for lo in range(len(sorted_keys)):
+        key = sorted_keys[lo]
+        if lo > 0 and key == sorted_keys[lo - 1]:
+            continue
+        h = key * HASH_MULTIPLIER
+        f, bits = filter_word_bits(h, len(bitmap))
+        bitmap[f] |= bits
+        s, fp = home_and_fingerprint(h, n_slots, fpb)
+        while slots[s] != 0:
+            s += np.uint64(1)
+            if s == n_slots:
+                s = np.uint64(0)
+        slots[s] = ((np.uint64(lo) + np.uint64(1)) << fpb) | fp
+
+
+@njit
+def _fill_from_starts(counts, slots, fp_bits, bitmap):
+    """:func:`_fill_from_sorted` from a counting sort's bucket starts by value."""
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    for v in range(len(counts) - 1):
+        lo = counts[v]
+        if counts[v + 1] == lo:
+            continue
+        h = np.uint64(v) * HASH_MULTIPLIER
+        f, bits = filter_word_bits(h, len(bitmap))
+        bitmap[f] |= bits
+        s, fp = home_and_fingerprint(h, n_slots, fpb)
+        while slots[s] != 0:
+            s += np.uint64(1)
+            if s == n_slots:
+                s = np.uint64(0)
+        slots[s] = ((np.uint64(lo) + np.uint64(1)) << fpb) | fp
+
+
+@njit
+def _leading_keys(words, j, tables, word_width):
+    """Substring 0's values of code-sorted items (nondecreasing) and their distinct count."""
+    keys = _all_substrings(words, j, tables, word_width)
+    return keys, _run_count(keys)
+
+
+def is_direct(width: int, distinct: int) -> bool:
+    return width <= 16 or (width <= DIRECT_MAX_BITS
+                           and (1 << width) <= DIRECT_PER_DISTINCT * max(distinct, 1))
+
+
+def table_rows(bits: int, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """``tables`` with the substring columns set (one-word shift and mask, first bit, width)."""
+    m = len(widths)
+    tables = np.zeros((m, T_COLUMNS), dtype=np.int64)
+    word0 = min(bits, 64)
+    for j in range(m):
+        w, s = int(widths[j]), int(starts[j])
+        tables[j, T_START], tables[j, T_WIDTH] = s, w
+        if bits <= 64:
+            tables[j, T_SHIFT] = word0 - s - w
+            tables[j, T_MASK] = np.int64(np.uint64((1 << w) - 1).view(np.int64))
+    return tables
+
+
+class SubstringTables:
+    """The tables of one multi-index (module docstring): ``positions``, ``starts``, ``slots``,
+    ``bitmap`` and ``tables`` (arrays), ``distinct`` per table (metadata)."""
+
+    ARRAYS = ("positions", "starts", "slots", "bitmap", "tables")
+
+    def __init__(self, positions, starts, slots, bitmap, tables, distinct):
+        self.positions, self.starts, self.slots = positions, starts, slots
+        self.bitmap, self.tables = bitmap, tables
+        self.distinct = [int(d) for d in distinct]
+
+    def arrays(self) -> dict:
+        return {name: getattr(self, name) for name in self.ARRAYS}
+
+    @property
+    def direct(self) -> list[bool]:
+        return [bool(d) for d in self.tables[:, T_DIRECT]]
+
+    def lookup_args(self) -> tuple:
+        """``tables, starts, slots, bitmap, positions``: the arguments of :func:`bucket` after
+        the key and the table number (then ``words`` and ``word_width``)."""
+        return self.tables, self.starts, self.slots, self.bitmap, self.positions
+
+    def memory_bytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays().values())
+
+
+def build_tables(bits: int, words: np.ndarray, sub_starts: np.ndarray, sub_widths: np.ndarray,
+                 word_width: np.ndarray) -> SubstringTables:
+    """The substring tables of code-sorted ``words`` (see the module docstring)."""
+    n = words.shape[0]
+    m = len(sub_widths)
+    tables = table_rows(bits, sub_starts, sub_widths)
+    pdt = position_dtype(n)
+    positions = np.empty(m * n, dtype=pdt)
+    slot_dtype, fp_bits = slot_layout(n)
+    starts_parts, slot_parts, bitmap_parts, distinct = [], [], [], []
+    n_starts = n_slots = n_bitmap = 0
+    for j in range(m):
+        w = int(sub_widths[j])
+        out = positions[j * n:(j + 1) * n]
+        counts = None
+        if j == 0:  # the leading bits: the items' own order
+            out[:] = np.arange(n, dtype=pdt)
+            keys, nd = _leading_keys(words, j, tables, word_width)
+        elif (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32:
+            counts = np.zeros((1 << w) + 1, dtype=pdt)
+            nd = _counting_sort(words, j, tables, word_width, counts, out)
+            keys = None
+        else:
+            keys, order = sort_pairs(_all_substrings(words, j, tables, word_width),
+                                     np.arange(n, dtype=pdt))
+            out[:] = order
+            del order
+            nd = _run_count(keys)
+        distinct.append(nd)
+        if is_direct(w, nd):
+            if counts is None:
+                counts = np.zeros((1 << w) + 1, dtype=pdt)
+                _histogram(keys, counts)
+                np.cumsum(counts, out=counts)
+            tables[j, T_DIRECT] = 1
+            tables[j, T_BASE] = n_starts
+            starts_parts.append(counts)
+            n_starts += len(counts)
+            continue
+        slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * nd)), dtype=slot_dtype)
+        bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * nd / 64)), dtype=np.uint64)
+        if keys is not None:
+            _fill_from_sorted(keys, slots, fp_bits, bitmap)
+        else:
+            _fill_from_starts(counts, slots, fp_bits, bitmap)
+        del counts, keys
+        tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)
+        tables[j, T_BITMAP], tables[j, T_BITMAP_WORDS] = n_bitmap, len(bitmap)
+        tables[j, T_FP_BITS] = fp_bits
+        slot_parts.append(slots)
+        bitmap_parts.append(bitmap)
+        n_slots += len(slots)
+        n_bitmap += len(bitmap)
+    starts = (np.concatenate(starts_parts) if len(starts_parts) > 1
+              else starts_parts[0] if starts_parts else np.zeros(1, pdt))
+    slots = (np.concatenate(slot_parts) if len(slot_parts) > 1
+             else slot_parts[0] if slot_parts else np.zeros(1, slot_dtype))
+    bitmap = (np.concatenate(bitmap_parts) if len(bitmap_parts) > 1
+              else bitmap_parts[0] if bitmap_parts else np.zeros(1, np.uint64))
+    return SubstringTables(positions, starts, slots, bitmap, tables, distinct)
+
+
+@njit
+def _histogram(keys, counts):
+    for i in range(len(keys)):
+        counts[keys[i] + np.uint64(1)] += 1
+
+
+@njit
+def _table_values(words, positions, j, tables, word_width):
+    n = words.shape[0]
+    out = np.empty(n, dtype=np.uint64)
+    for t in range(n):
+        out[t] = item_substring(words, np.int64(positions[j * n + t]), j, tables, word_width)
+    return out
+
+
+def distinct_values(tables: SubstringTables, words: np.ndarray, j: int,
+                    word_width: np.ndarray) -> np.ndarray:
+    """The distinct substring values of table ``j``, ascending (a copy made on demand)."""
+    values = _table_values(words, tables.positions, j, tables.tables, word_width)
+    if len(values) == 0:
+        return values
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
