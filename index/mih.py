@@ -3,9 +3,10 @@ hashing", CVPR 2012): ``m`` bucket tables over contiguous substrings of the code
 
 Substrings: a ``Q``-bit code is cut into ``m`` contiguous bit ranges (the first ``Q mod m`` of
 ``ceil(Q/m)`` bits, the others of ``floor(Q/m)``; every width <= 64, so a substring is one word),
-read most significant bit first like a code (see :mod:`index.codes`). Table ``j`` is a
-:class:`~index.table.BucketTable` keyed by substring ``j`` whose bucket contents are *positions*
-of items in the shared ``(n, W)`` array :attr:`MultiIndex.words` (items sorted by (code, id)).
+read most significant bit first like a code (see :mod:`index.codes`). Table ``j`` is the
+*positions* of the items in the shared ``(n, W)`` arrays :attr:`MultiIndex.words` and
+:attr:`MultiIndex.ids` (items sorted by (code, id)) ordered by (substring ``j``, id), with a
+lookup from a substring value to its run (:mod:`index.mih_tables`).
 
 Pigeonhole rule (tight form): if ``d(x, q) <= R`` with ``R = m * s + a`` (``s = floor(R/m)``,
 ``a = R mod m``), then ``d_j(x, q) <= s`` on one of the substrings ``0..a`` or ``d_j <= s - 1`` on
@@ -21,8 +22,8 @@ A *candidate* is one entry of a probed substring bucket: at step ``R`` an item w
 ``j = R mod m`` is at distance exactly ``floor(R/m)`` from the query's. ``candidates`` counts
 them with repetitions (an item is met again by the other substrings), ``unique_candidates``
 counts the first visits (an item is first visited at step ``min_j (m d_j + j)``). Duplicates are
-dropped with visit stamps: an int32 array over the items holds the stamp of the query that last
-saw each item; every query (or retry) takes a new stamp, so nothing is cleared between queries.
+dropped with a visit bitset over the items (``n / 8`` bytes, made on first use): a query sets
+an item's bit at its first visit and zeroes its candidates' bytes when it ends.
 Every unique candidate is verified by its full distance ``sum_w popcount(q_w XOR x_w)``.
 
 Statistics per query and radius step ``R`` (arrays ``(nq, R + 1)`` like
@@ -35,16 +36,13 @@ query switched to a scan (below), -1 when it did not.
 Range search of one-word codes (Q <= 64) with ``R < m`` takes a shorter path,
 :func:`_mih_exact_kernel`: every substring probed is searched at radius 0, so the search is
 ``R + 1`` exact lookups, and a candidate already met is recognised by its XOR with the query
-(it is 0 on an earlier substring) instead of a visit stamp (issue 17; bench/RESULTS.md,
-small radii). It reads a layout derived from the tables at every build or load
-(:meth:`MultiIndex._exact_layout`, not stored in snapshots): each direct table's bucket starts
-by substring value (one load per lookup) and every item's code and id copied in each table's
-bucket order, ids ascending within a bucket (``16 * m`` bytes per item); with statistics it
+(it is 0 on an earlier substring) instead of a visit bit (issue 17; bench/RESULTS.md,
+small radii). It reads the candidates through the tables' positions; with statistics it
 reads the clock once per :data:`CLOCK_GROUP` queries, so ``total_ns`` and ``lookup_ns`` are
 means over the group.
 
 k-NN of one-word codes (every substring under 64 bits) is :mod:`index.mih_knn`'s incremental
-search over the exact layout (:meth:`MultiIndex._knn_csr`). Longer codes: the k-NN of
+search over the same tables (:meth:`MultiIndex._knn_csr`). Longer codes: the k-NN of
 :func:`_mih_kernel` grows the radius step by step. When the next step would push the query
 over ``max_probes`` or would probe more substring buckets than there are items, it verifies
 every item not seen yet instead (a scan of the shared array, exact), so k-NN never raises. Range search raises
@@ -59,7 +57,6 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import (clz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
-                                    prefetch,
                                     popcount64)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                                      check_max_results, raise_if_over, raise_if_reached,
@@ -82,14 +79,6 @@ TABLE_ARRAYS = SubstringTables.ARRAYS
 #: Queries per block of the exact-substring kernel (their lookups first, then their candidates)
 #: and per clock read with statistics (their mean time).
 CLOCK_GROUP = 32
-#: Candidates whose codes are prefetched ahead of the one verified (they are read through
-#: their positions, at random in the items)
-PREFETCH_AHEAD = 4
-#: Entries insertion-sorted before the merges of :func:`_merge_sort`
-MERGE_BLOCK = 8
-#: Results of one query of the exact kernel ordered by insertion sort (more: by distance,
-#: then :func:`_merge_sort`; its buckets' ids come in no order)
-EXACT_SMALL_SORT = 8
 #: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
 SMALL_SORT = 32
 
@@ -409,63 +398,30 @@ def _move(out_d, out_i, src, dst):
     out_i[dst] = out_i[src]
 
 
-@njit(inline="always")
-def _insertion_sort(a, lo, hi):
-    for i in range(lo + 1, hi):
-        v = a[i]
-        j = i - 1
-        while j >= lo and a[j] > v:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = v
-
-
-@njit(inline="always")
-def _merge_sort(a, lo, hi, tmp):
-    """Sort ``a[lo:hi]`` in place, ``tmp[:hi - lo]`` scratch, no allocation: insertion sorts
-    of :data:`MERGE_BLOCK` entries, then bottom-up merges (ping-pong between ``a`` and
-    ``tmp``)."""
-    n = hi - lo
-    for s in range(lo, hi, MERGE_BLOCK):
-        _insertion_sort(a, s, min(s + MERGE_BLOCK, hi))
-    width = MERGE_BLOCK
-    in_a = True
-    while width < n:
-        for s in range(0, n, 2 * width):
-            m = min(s + width, n)
-            e = min(s + 2 * width, n)
-            i, j = s, m
-            for c in range(s, e):
-                if in_a:
-                    if j >= e or (i < m and a[lo + i] <= a[lo + j]):
-                        tmp[c] = a[lo + i]
-                        i += 1
-                    else:
-                        tmp[c] = a[lo + j]
-                        j += 1
-                else:
-                    if j >= e or (i < m and tmp[i] <= tmp[j]):
-                        a[lo + c] = tmp[i]
-                        i += 1
-                    else:
-                        a[lo + c] = tmp[j]
-                        j += 1
-        in_a = not in_a
-        width *= 2
-    if not in_a:
-        for c in range(n):
-            a[lo + c] = tmp[c]
-
-
 @njit
-def _order_results(out_d, out_i, lo, hi, counts):
-    """Order ``out[lo:hi]`` by (distance, id): a stable counting sort by distance
-    (``counts``: one entry more than the largest distance) into ``out[hi:2 * hi - lo]``
-    (scratch), copied back, then each distance's ids sorted in place (:func:`_merge_sort`,
-    the same scratch; ``np.sort`` allocated at every call, 1.3-1.8x slower searches of
-    clustered codes at radius 1-2). Not inlined: called for the queries with many results
-    only."""
+def _order_runs(out_d, out_i, lo, hi, runs, counts):
+    """Order ``out[lo:hi]`` by (distance, id) when it is made of runs of ascending ids
+    (``runs[j]:runs[j + 1]``, ``runs[0] = lo``, ``runs[-1] = hi``): the runs merged by id one
+    after the other, then a stable counting sort by distance (``counts``: one entry more than
+    the largest distance). ``out[hi:2 * hi - lo]`` is scratch. O(n x runs), no allocation.
+    Not inlined: called for the queries with many results only."""
     n = hi - lo
+    for j in range(1, len(runs) - 1):
+        mid = runs[j]
+        end = runs[j + 1]
+        if mid == end or out_i[mid - 1] < out_i[mid]:
+            continue  # empty run, or already after the merged prefix
+        a = lo
+        b = mid
+        for c in range(hi, hi + end - lo):
+            if b >= end or (a < mid and out_i[a] < out_i[b]):
+                _move(out_d, out_i, a, c)
+                a += 1
+            else:
+                _move(out_d, out_i, b, c)
+                b += 1
+        for c in range(end - lo):
+            _move(out_d, out_i, hi + c, lo + c)
     counts[:] = 0
     for t in range(lo, hi):
         counts[out_d[t] + 1] += 1
@@ -477,12 +433,6 @@ def _order_results(out_d, out_i, lo, hi, counts):
         counts[d] += 1
     for c in range(n):
         _move(out_d, out_i, hi + c, lo + c)
-    tmp = out_i[hi:hi + n]
-    start = 0
-    for d in range(len(counts) - 1):
-        if counts[d] - start > 1:
-            _merge_sort(out_i, lo + start, lo + counts[d], tmp)
-        start = counts[d]
 
 
 @njit(inline="always")
@@ -519,16 +469,17 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
     (:func:`index.mih_tables.bucket`).
 
     A bucket's candidates are read through their positions (``positions[j * n + t]``, then
-    the item's code in ``words``; its id only for a result). No visit stamps: a candidate of
+    the item's code in ``words``; its id only for a result). No visit bits: a candidate of
     substring ``j`` was already met at an earlier step exactly when it also equals the query on
     one of the substrings ``0..j-1`` (a mask test on the XOR of the full codes, which
     verification computes anyway). Substring ``j`` of code ``v`` is
     ``(v >> shift_j) & mask_j`` (``tables``' columns ``T_SHIFT``, ``T_MASK``).
 
-    A bucket's positions ascend, so its items come by (code, id): at radius 0 (one lookup, one
-    code) a query's results are in (distance, id) order as found; otherwise
-    :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them and :func:`_order_results`
-    more (in the output buffer's free room).
+    A bucket's positions are ordered by id, so a query's results come as one run of
+    ascending ids per lookup: at radius 0 they are in order as found; otherwise
+    :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them and :func:`_order_runs` more
+    (by merging the runs, in the output buffer's free room; buckets in position order needed
+    a full sort of the ids, 1.3-1.9x slower searches of clustered codes at radius 1-2).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
@@ -537,8 +488,8 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
     the result cap, tested once per query: a result past the buffer is counted, not written
     (exits at every result measured 13-18% slower at radius 0-1). Output and resumption as
     :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``;
-    ``scratch`` must hold ``need = (R + 2) + 2 * (R + 1) * CLOCK_GROUP`` entries: the
-    distance counts and the block's lookups).
+    ``scratch`` must hold ``need = 2 * (R + 2) + 2 * (R + 1) * CLOCK_GROUP`` entries: the
+    runs' bounds and counts, and the block's lookups).
 
     ``stats`` and ``total_ns`` are None without statistics (numba compiles that case without
     any of their code). With them: ``candidates``, ``unique_candidates`` and ``items`` as
@@ -551,11 +502,12 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
     n = len(ids)
     cap = len(out_i)
     width = R + 1
-    need = (width + 1) + 2 * width * CLOCK_GROUP
+    need = 2 * (width + 1) + 2 * width * CLOCK_GROUP
     if len(scratch) < need:
         return q_start, n_out, -1, need
-    counts = scratch[:width + 1]
-    spans = scratch[width + 1:need]  # (lo, hi) of each lookup of the block
+    runs = scratch[:width + 1]
+    counts = scratch[width + 1:2 * (width + 1)]
+    spans = scratch[2 * (width + 1):need]  # (lo, hi) of each lookup of the block
     t_group = cycle_counter() if stats is not None else 0
     for g_start in range(q_start, nq, CLOCK_GROUP):
         g_end = min(g_start + CLOCK_GROUP, nq)
@@ -570,13 +522,12 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                 c = 2 * ((qi - g_start) * width + j)
                 spans[c] = j * n + lo
                 spans[c + 1] = j * n + hi
-                for t in range(j * n + lo, j * n + min(hi, lo + PREFETCH_AHEAD)):
-                    prefetch(words, positions[t])
         # pass 2: the candidates of each query
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
             start = n_out
             for j in range(width):
+                runs[j] = n_out
                 c = 2 * ((qi - g_start) * width + j)
                 unique = 0
                 hashed = not tables[j, T_DIRECT]
@@ -584,8 +535,6 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                 mask = np.uint64(tables[j, T_MASK])
                 t = spans[c]
                 while t < spans[c + 1]:
-                    if t + PREFETCH_AHEAD < spans[c + 1]:
-                        prefetch(words, positions[t + PREFETCH_AHEAD])
                     p = np.int64(positions[t])
                     diff = q ^ words[p, 0]
                     if hashed and (diff >> shift) & mask != 0:
@@ -616,10 +565,11 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
                 return qi, start, max_results + 1 if n_out > max_results else -1, 0
             if width > 1 and n_out - start > 1:
-                if n_out - start <= EXACT_SMALL_SORT:
+                if n_out - start <= SMALL_SORT:
                     _sort_pairs(out_d, out_i, start, n_out)
                 else:
-                    _order_results(out_d, out_i, start, n_out, counts)
+                    runs[width] = n_out
+                    _order_runs(out_d, out_i, start, n_out, runs, counts)
             lims[qi + 1] = n_out
         if stats is not None:
             t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group, tick_ns)
@@ -702,7 +652,7 @@ class MultiIndex(IndexBase):
         m = self.fixed_substrings or default_substrings(self.bits, len(ids))
         starts, widths = substring_ranges(self.bits, m)
         self._install(words, ids, starts, widths,
-                      build_tables(self.bits, words, starts, widths, self._word_width))
+                      build_tables(self.bits, words, ids, starts, widths, self._word_width))
 
     def _install(self, words, ids, starts, widths, tables: SubstringTables) -> None:
         """Set the shared items and the substring tables."""
@@ -812,7 +762,7 @@ class MultiIndex(IndexBase):
 
     def _run_exact(self, xq, R, stats, max_results):
         """Range search with ``R < m`` of one-word codes: :func:`_mih_exact_kernel` (R + 1
-        exact substring lookups, no visit stamps), resumable over the thread's output buffers;
+        exact substring lookups, no visit bits), resumable over the thread's output buffers;
         without ``stats`` the kernel gets None for its statistics (its compiled form without
         them)."""
         stats = bool(stats)
@@ -872,7 +822,7 @@ class MultiIndex(IndexBase):
             if not _sorted_by_code_id(words, ids):
                 words, ids = sort_items(words, ids)
             index._install(words, ids, starts, widths,
-                           build_tables(index.bits, words, starts, widths, index._word_width))
+                           build_tables(index.bits, words, ids, starts, widths, index._word_width))
             return index
         tables = SubstringTables(*(arrays[f"table_{name}"] for name in TABLE_ARRAYS),
                                  meta["distinct"])

@@ -16,7 +16,7 @@ probe is :func:`~bucketsearch.index.mih_tables.bucket`, the bucket's items are
 ``words[positions[t]]``, their ids read only for an item that enters the top-k). An item met in
 several tables is deduplicated at insertion into the top-k (sorted by (distance, id), a copy
 is the entry just before its insertion point); one evicted from the top-k would be rejected
-again. No visit stamps.
+again. No visit bits.
 
 When a step would push the query over ``max_probes`` probes, or would probe more keys than
 there are items, the query verifies every item instead (``words``, ``ids``: a scan, exact) and

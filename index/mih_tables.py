@@ -6,9 +6,9 @@ scan). Substring table ``j`` (bits ``start_j .. start_j + w_j`` of the code, see
 :func:`bucketsearch.index.mih.substring_ranges`) is:
 
 * ``positions[j * n:(j + 1) * n]``: every item's position in ``words`` / ``ids``, ordered by
-  (substring ``j``, position), so a substring value's *bucket* is one run ``lo:hi`` of it, its
-  positions ascending (the items of near codes verified in the order they are stored). uint32
-  below 2^32 items, else uint64 (:func:`position_dtype`);
+  (substring ``j``, id), so a substring value's *bucket* is one run ``lo:hi`` of it, its ids
+  ascending (the exact kernel's results come as runs of ascending ids, merged, not sorted).
+  uint32 below 2^32 items, else uint64 (:func:`position_dtype`);
 * a lookup from a substring value to its bucket, one of:
 
   - **direct** (``w_j <= 16``, or ``w_j <= DIRECT_MAX_BITS`` with
@@ -30,12 +30,13 @@ Per-table metadata is one ``(m, T_COLUMNS)`` int64 array ``tables`` (columns ``T
 hashed tables' slots and filters concatenated in ``slots`` and ``bitmap``, the direct tables'
 bucket starts in ``starts``.
 
-Build (:func:`build_tables`): table 0's substring is the code's leading bits, so the
-code-sorted items are already in its order (positions ``0..n-1``); every other table is one
-counting sort by substring value when ``2^w <= COUNTING_MAX_FACTOR * n`` (a histogram, its
-prefix sums, which are a direct table's bucket starts, and one scatter of the positions;
-stable, so a bucket's positions ascend), else the LSD radix sort of
-:func:`bucketsearch.index.radix.sort_pairs`. Linear passes, no Python per item.
+Build (:func:`build_tables`): the positions in id order by one LSD radix sort of the ids
+(:func:`bucketsearch.index.radix.sort_pairs`; none when the ids increase with the positions,
+and then table 0, whose substring is the code's leading bits, is the items' own order), then
+per table one counting sort by substring value visiting the positions in id order when
+``2^w <= COUNTING_MAX_FACTOR * n`` (a histogram, its prefix sums, which are a direct table's
+bucket starts, and one stable scatter of the positions), else the radix sort of the
+substrings carrying the positions. Linear passes, no Python per item.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ import numpy as np
 from bucketsearch.index._jit import njit
 from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
                                            filter_word_bits, home_and_fingerprint, slot_layout)
-from bucketsearch.index.radix import sort_pairs
+from bucketsearch.index.radix import id_keys, increasing, sort_pairs
 from bucketsearch.index.table import HASH_MULTIPLIER
 
 DIRECT_MAX_BITS = 24
@@ -158,20 +159,24 @@ def bucket_end(key, j, lo, end, tables, positions, words, word_width):
 
 
 @njit
-def _all_substrings(words, j, tables, word_width):
+def _all_substrings(words, j, tables, word_width, by_id):
+    """Substring ``j`` of every item, in id order (``by_id``; empty: position order)."""
     n = words.shape[0]
     out = np.empty(n, dtype=np.uint64)
-    for p in range(n):
-        out[p] = item_substring(words, p, j, tables, word_width)
+    for i in range(n):
+        out[i] = item_substring(words, i if len(by_id) == 0 else np.int64(by_id[i]), j, tables,
+                                word_width)
     return out
 
 
 @njit
-def _counting_sort(words, j, tables, word_width, counts, out):
-    """Positions ``0..n-1`` into ``out`` ordered by (substring ``j``, position): ``counts``
-    (``2^w + 1`` zeros, the position dtype) becomes the bucket starts by value. Returns the
-    number of distinct values."""
+def _counting_sort(words, j, tables, word_width, counts, out, by_id):
+    """Positions ``0..n-1`` into ``out`` ordered by (substring ``j``, id): the positions are
+    visited in id order (``by_id``; empty: the identity, ids increasing with positions), and
+    the scatter is stable. ``counts`` (``2^w + 1`` zeros, the position dtype) becomes the
+    bucket starts by value. Returns the number of distinct values."""
     n = words.shape[0]
+    ident = len(by_id) == 0
     for p in range(n):
         counts[item_substring(words, p, j, tables, word_width) + np.uint64(1)] += 1
     distinct = 0
@@ -179,7 +184,8 @@ def _counting_sort(words, j, tables, word_width, counts, out):
         if counts[c] != 0:
             distinct += 1
         counts[c] += counts[c - 1]
-    for p in range(n):
+    for i in range(n):
+        p = i if ident else np.int64(by_id[i])
         s = item_substring(words, p, j, tables, word_width)
         t = counts[s]
         out[t] = p
@@ -242,13 +248,6 @@ def _fill_from_starts(counts, slots, fp_bits, bitmap):
         slots[s] = ((np.uint64(lo) + np.uint64(1)) << fpb) | fp
 
 
-@njit
-def _leading_keys(words, j, tables, word_width):
-    """Substring 0's values of code-sorted items (nondecreasing) and their distinct count."""
-    keys = _all_substrings(words, j, tables, word_width)
-    return keys, _run_count(keys)
-
-
 def is_direct(width: int, distinct: int) -> bool:
     return width <= 16 or (width <= DIRECT_MAX_BITS
                            and (1 << width) <= DIRECT_PER_DISTINCT * max(distinct, 1))
@@ -295,14 +294,17 @@ class SubstringTables:
         return sum(a.nbytes for a in self.arrays().values())
 
 
-def build_tables(bits: int, words: np.ndarray, sub_starts: np.ndarray, sub_widths: np.ndarray,
-                 word_width: np.ndarray) -> SubstringTables:
-    """The substring tables of code-sorted ``words`` (see the module docstring)."""
+def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.ndarray,
+                 sub_widths: np.ndarray, word_width: np.ndarray) -> SubstringTables:
+    """The substring tables of ``words`` sorted by (code, id) (see the module docstring)."""
     n = words.shape[0]
     m = len(sub_widths)
     tables = table_rows(bits, sub_starts, sub_widths)
     pdt = position_dtype(n)
     positions = np.empty(m * n, dtype=pdt)
+    # the positions in id order (one radix sort), unless the ids increase with them
+    by_id = (np.zeros(0, dtype=pdt) if increasing(ids)
+             else sort_pairs(id_keys(ids), np.arange(n, dtype=pdt))[1])
     slot_dtype, fp_bits = slot_layout(n)
     starts_parts, slot_parts, bitmap_parts, distinct = [], [], [], []
     n_starts = n_slots = n_bitmap = 0
@@ -310,16 +312,17 @@ def build_tables(bits: int, words: np.ndarray, sub_starts: np.ndarray, sub_width
         w = int(sub_widths[j])
         out = positions[j * n:(j + 1) * n]
         counts = None
-        if j == 0:  # the leading bits: the items' own order
+        if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
             out[:] = np.arange(n, dtype=pdt)
-            keys, nd = _leading_keys(words, j, tables, word_width)
+            keys = _all_substrings(words, j, tables, word_width, by_id)
+            nd = _run_count(keys)
         elif (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32:
             counts = np.zeros((1 << w) + 1, dtype=pdt)
-            nd = _counting_sort(words, j, tables, word_width, counts, out)
+            nd = _counting_sort(words, j, tables, word_width, counts, out, by_id)
             keys = None
         else:
-            keys, order = sort_pairs(_all_substrings(words, j, tables, word_width),
-                                     np.arange(n, dtype=pdt))
+            keys, order = sort_pairs(_all_substrings(words, j, tables, word_width, by_id),
+                                     by_id if len(by_id) else np.arange(n, dtype=pdt))
             out[:] = order
             del order
             nd = _run_count(keys)

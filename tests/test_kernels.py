@@ -537,10 +537,10 @@ def test_hashed_table_finds_every_code_and_no_other(bits, n, spread, seed):
 @given(n=st.integers(0, 300), spread=st.integers(1, 20), seed=st.integers(0, 2**31),
        shuffled=st.booleans())
 def test_mih_build_orders_positions_and_items(n, spread, seed, shuffled):
-    """A multi-index build (counting sort of 21- and 22-bit substrings, or none for the
-    leading one) keeps each table's positions ordered by (substring, position): each bucket's
-    positions ascending, the general kernel's verification order (the twin: a stable argsort
-    of the substrings of the code-sorted items)."""
+    """A multi-index build (counting sorts of 21- and 22-bit substrings visiting the positions
+    in id order) keeps each table's positions ordered by (substring, id): each bucket's ids
+    ascending, the exact kernel's runs (the twin: a lexsort of the substrings and ids of the
+    code-sorted items)."""
     rng = np.random.default_rng(seed)
     words = rng.integers(0, 2**spread, (n, 1), dtype=np.uint64) << np.uint64(64 - spread)
     ids = rng.permutation(3 * n + 1)[:n].astype(np.int64) if shuffled else np.arange(n)
@@ -550,5 +550,5 @@ def test_mih_build_orders_positions_and_items(n, spread, seed, shuffled):
     assert (order == np.arange(n)).all()  # the items by (code, id)
     subs = index.substring_codes(index.words)
     for j in range(3):
-        want = np.argsort(subs[:, j], kind="stable")
+        want = np.lexsort((index.ids, subs[:, j]))
         assert (index.tables.positions[j * n:(j + 1) * n] == want).all()

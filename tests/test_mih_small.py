@@ -1,7 +1,7 @@
 """Multi-index hashing's substring tables (positions only, :mod:`index.mih_tables`) and its
 exact-substring path (issue 17, ``R < m``, one-word codes) piece by piece against plain-numpy
 twins: each table's positions by (substring, position) and its lookups, the memory they
-take, the ordering of a query's results (:func:`_order_results`), and the whole search
+take, the ordering of a query's results (:func:`_order_runs`), and the whole search
 against brute force with direct and hashed tables, statistics clocked per group of queries,
 many results per query, a full output buffer with statistics on, the result cap and a
 snapshot loaded (mapped) without a rebuild."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
-from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_SORT, MultiIndex, _order_results,
+from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_SORT, MultiIndex, _order_runs,
                                     substring_ranges)
 from bucketsearch.index.codes import unpack_words
 from tests import naive
@@ -22,24 +22,24 @@ from tests.test_small_radii import _data, _same, _substring_counts
 # ----------------------------------------------------------------------------- layout
 
 
-def table_twin(xb, bits, m, j):
-    """Table ``j`` of code-sorted ``xb``: positions by (substring, position) (a stable
-    argsort of the substrings, read bit by bit) and the substring values."""
+def table_twin(xb, ids, bits, m, j):
+    """Table ``j`` of code-sorted ``xb``: positions by (substring, id) (a lexsort of the
+    substrings, read bit by bit, and the ids) and the substring values."""
     starts, widths = substring_ranges(bits, m)
     s, w = int(starts[j]), int(widths[j])
     bitrows = unpack_words(xb, bits)[:, s:s + w].astype(np.uint64)
     subs = np.zeros(len(xb), dtype=np.uint64)
     for c in range(w):
         subs = (subs << np.uint64(1)) | bitrows[:, c]
-    return np.argsort(subs, kind="stable"), subs
+    return np.lexsort((ids, subs)), subs
 
 
 @settings(max_examples=40, deadline=None)
 @given(bits=st.sampled_from([6, 20, 40, 64]), m=st.integers(1, 4), n=st.integers(0, 80),
        data=st.data())
-def test_tables_hold_positions_by_substring_then_position(bits, m, n, data):
-    """Each table is every position once, ordered by (substring, position); a lookup of any
-    value (present or not) gives exactly the positions whose substring has it; the arrays are
+def test_tables_hold_positions_by_substring_then_id(bits, m, n, data):
+    """Each table is every position once, ordered by (substring, id); a lookup of any value
+    (present or not) gives exactly the positions whose substring has it; the arrays are
     uint32 and no copy of codes, ids or distinct substrings is kept. Counting sort (short
     substrings), radix sort (long ones) and the leading table alike."""
     m = min(m, bits)
@@ -49,14 +49,15 @@ def test_tables_hold_positions_by_substring_then_position(bits, m, n, data):
     t = index.tables
     assert t.positions.dtype == np.uint32 and t.positions.shape == (m * n,)
     for j in range(m):
-        order, subs = table_twin(index.words, bits, m, j)
+        order, subs = table_twin(index.words, index.ids, bits, m, j)
         assert (t.positions[j * n:(j + 1) * n] == order).all()
         assert t.distinct[j] == len(np.unique(subs))
         assert (index.distinct_substrings(j) == np.unique(subs)).all()
         probe = np.unique(np.concatenate([subs, subs ^ np.uint64(1), [np.uint64(0)]]))
         probe &= np.uint64((1 << int(index.sub_widths[j])) - 1)
         for v in probe:
-            assert (index.bucket_positions(j, int(v)) == np.flatnonzero(subs == v)).all()
+            got = index.bucket_positions(j, int(v))
+            assert (got == order[np.isin(order, np.flatnonzero(subs == v))]).all()
     assert index.memory_bytes() == sum(a.nbytes for a in (
         index.words, index.ids, t.positions, t.starts, t.slots, t.bitmap, t.tables))
 
@@ -91,19 +92,24 @@ def test_memory_is_items_positions_and_bucket_starts():
 
 
 @settings(max_examples=80, deadline=None)
-@given(data=st.data(), max_d=st.integers(0, 5))
-def test_order_results_matches_lexsort(data, max_d):
-    """Any ids (distinct over the query), any distances: (distance, id) order, the entries
-    before ``lo`` untouched."""
-    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=90))
+@given(data=st.data(), n_runs=st.integers(1, 4), max_d=st.integers(0, 5))
+def test_order_runs_matches_lexsort(data, n_runs, max_d):
+    """Runs of ascending ids (distinct over the query), any distances: (distance, id) order,
+    the entries before ``lo`` untouched."""
+    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=70))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), min_size=n_runs - 1,
+                                     max_size=n_runs - 1)))
+    bounds = [0, *cuts, len(ids)]
+    runs_ids = [sorted(ids[a:b]) for a, b in zip(bounds, bounds[1:])]
     lo = data.draw(st.integers(0, 3))
     n = len(ids)
     out_i = np.full(lo + 2 * n + 1, -7, dtype=np.int64)
     out_d = np.full(lo + 2 * n + 1, -7, dtype=np.int32)
-    out_i[lo:lo + n] = ids
+    out_i[lo:lo + n] = np.concatenate([np.array(r, dtype=np.int64) for r in runs_ids])
     out_d[lo:lo + n] = data.draw(st.lists(st.integers(0, max_d), min_size=n, max_size=n))
     expected = naive_order(out_d[lo:lo + n], out_i[lo:lo + n])
-    _order_results(out_d, out_i, lo, lo + n, np.zeros(max_d + 2, dtype=np.int64))
+    runs = np.array([lo + b for b in bounds], dtype=np.int64)
+    _order_runs(out_d, out_i, lo, lo + n, runs, np.zeros(max_d + 2, dtype=np.int64))
     assert (out_d[lo:lo + n] == expected[0]).all() and (out_i[lo:lo + n] == expected[1]).all()
     assert (out_d[:lo] == -7).all() and (out_i[:lo] == -7).all()
 
