@@ -107,6 +107,28 @@ def cycle_counter(typingctx):
     return sig, codegen
 
 
+@intrinsic
+def prefetch(typingctx, arr, index):
+    """Hint the CPU to bring element ``index`` of the flat C-contiguous array ``arr`` (its data
+    read as one run) into the caches (``llvm.prefetch``, read, high locality): a load that
+    cannot fault and that nothing waits for, issued some iterations before a loop reads an
+    element it reaches through an index (a position). No effect on results."""
+    sig = types.void(arr, index)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = builder.gep(ary.data, [idx])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn_type = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fn_type, "llvm.prefetch.p0")
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @numba.njit(nogil=True, cache=True)
 def _read_cycle_counter():
     return cycle_counter()
@@ -157,7 +179,11 @@ def _python_twins():
     def cycle_counter():
         return np.int64(time.monotonic_ns())
 
-    return {f.__name__: f for f in (popcount64, ctz64, clz64, monotonic_ns, cycle_counter)}
+    def prefetch(arr, index):
+        return None
+
+    return {f.__name__: f for f in (popcount64, ctz64, clz64, monotonic_ns, cycle_counter,
+                                    prefetch)}
 
 
 if numba.config.DISABLE_JIT:

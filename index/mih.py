@@ -57,6 +57,7 @@ import threading
 import numpy as np
 
 from bucketsearch.index._jit import (clz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
+                                    prefetch,
                                     popcount64)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                                      check_max_results, raise_if_over, raise_if_reached,
@@ -66,7 +67,10 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
 from bucketsearch.index.mih_knn import _mih_knn_kernel
-from bucketsearch.index.mih_tables import (T_DIRECT, T_MASK, T_SHIFT, SubstringTables,
+from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
+from bucketsearch.index.table import HASH_MULTIPLIER
+from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
+                                           T_MASK, T_SHIFT, T_SLOTS, SubstringTables,
                                            bucket, bucket_end, build_tables, distinct_values,
                                            item_substring, table_rows)
 from bucketsearch.index.probe import next_prefix
@@ -79,6 +83,9 @@ TABLE_ARRAYS = SubstringTables.ARRAYS
 #: Queries per block of the exact-substring kernel (their lookups first, then their candidates)
 #: and per clock read with statistics (their mean time).
 CLOCK_GROUP = 32
+#: Candidates per lookup whose position, code and id are prefetched after a block's lookups
+#: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save)
+PREFETCH_ITEMS = 2
 #: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
 SMALL_SORT = 32
 
@@ -92,9 +99,15 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
     r-bit masks: a prefix of r - 1 bits (:func:`index.probe.next_prefix`) and a last bit above
     its highest one."""
     room = len(hits) // 2
+    direct = tables[j, T_DIRECT]
+    sd = tables[j, T_BASE]
     if r == 0:
-        lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, words, word_width)
-        hi = bucket_end(q, j, lo, hi, tables, positions, words, word_width)
+        if direct:
+            lo = np.int64(starts[sd + np.int64(q)])
+            hi = np.int64(starts[sd + np.int64(q) + 1])
+        else:
+            lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, words, word_width)
+            hi = bucket_end(q, j, lo, hi, tables, positions, words, word_width)
         if hi > lo and room > 0:
             hits[0] = lo
             hits[1] = hi
@@ -109,9 +122,14 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
         bit = one << np.uint64(low)
         for _ in range(low, bits):
             probes += 1
-            lo, hi = bucket(base ^ bit, j, tables, starts, slots, bitmap, positions, words,
-                            word_width)
-            hi = bucket_end(base ^ bit, j, lo, hi, tables, positions, words, word_width)
+            key = base ^ bit
+            if direct:  # written out: a helper taking the arrays refcounts them per call
+                lo = np.int64(starts[sd + np.int64(key)])
+                hi = np.int64(starts[sd + np.int64(key) + 1])
+            else:
+                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
+                                word_width)
+                hi = bucket_end(key, j, lo, hi, tables, positions, words, word_width)
             if hi > lo:
                 if nonempty < room:
                     hits[2 * nonempty] = lo
@@ -516,12 +534,53 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
             for j in range(width):
-                key = (q >> np.uint64(tables[j, T_SHIFT])) & np.uint64(tables[j, T_MASK])
-                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
-                                word_width)
+                shift_j = np.uint64(tables[j, T_SHIFT])
+                mask_j = np.uint64(tables[j, T_MASK])
+                key = (q >> shift_j) & mask_j
+                if tables[j, T_DIRECT]:
+                    sd = tables[j, T_BASE] + np.int64(key)
+                    lo = np.int64(starts[sd])
+                    hi = np.int64(starts[sd + 1])
+                else:
+                    lo = 0
+                    hi = 0
+                    h = key * HASH_MULTIPLIER
+                    f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
+                    if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                        sb = tables[j, T_BASE]
+                        n_slots = np.uint64(tables[j, T_SLOTS])
+                        fpb = np.uint64(tables[j, T_FP_BITS])
+                        sl, fp = home_and_fingerprint(h, n_slots, fpb)
+                        fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+                        while True:
+                            e = np.uint64(slots[sb + np.int64(sl)])
+                            if e == np.uint64(0):
+                                break
+                            if (e & fp_mask) == fp:
+                                cand = np.int64(e >> fpb) - 1
+                                if (words[positions[j * n + cand], 0] >> shift_j) & mask_j \
+                                        == key:
+                                    lo = cand
+                                    hi = n
+                                    break
+                            sl += np.uint64(1)
+                            if sl == n_slots:
+                                sl = np.uint64(0)
                 c = 2 * ((qi - g_start) * width + j)
                 spans[c] = j * n + lo
                 spans[c + 1] = j * n + hi
+        # pass 1b: the block's first candidates brought into the caches, their positions then
+        # their codes and ids (loads that depend on one another, issued for every lookup of
+        # the block before any is waited for)
+        n_spans = 2 * (g_end - g_start) * width if width > 1 else 0
+        for c in range(0, n_spans, 2):
+            for t in range(spans[c], min(spans[c + 1], spans[c] + PREFETCH_ITEMS)):
+                prefetch(positions, t)
+        for c in range(0, n_spans, 2):
+            for t in range(spans[c], min(spans[c + 1], spans[c] + PREFETCH_ITEMS)):
+                p = positions[t]
+                prefetch(words, p)
+                prefetch(ids, p)
         # pass 2: the candidates of each query
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
@@ -533,13 +592,15 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                 hashed = not tables[j, T_DIRECT]
                 shift = np.uint64(tables[j, T_SHIFT])
                 mask = np.uint64(tables[j, T_MASK])
-                t = spans[c]
-                while t < spans[c + 1]:
-                    p = np.int64(positions[t])
+                lo = spans[c]
+                hi = spans[c + 1]
+                end = hi
+                for t in range(lo, hi):
+                    p = positions[t]
                     diff = q ^ words[p, 0]
                     if hashed and (diff >> shift) & mask != 0:
+                        end = t
                         break  # past the bucket's end (bucket)
-                    t += 1
                     seen = False
                     for jj in range(j):
                         if (diff >> np.uint64(tables[jj, T_SHIFT])) \
@@ -557,7 +618,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                         if stats is not None:
                             stats[ITEMS, qi, d] += 1
                 if stats is not None:
-                    stats[CANDIDATES, qi, j] = t - spans[c]
+                    stats[CANDIDATES, qi, j] = end - lo
                     stats[UNIQUE_CANDIDATES, qi, j] = unique
             if 2 * n_out - start > cap or n_out > max_results:  # room for the order's scratch
                 if stats is not None:

@@ -34,7 +34,7 @@ import numpy as np
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
-from bucketsearch.index.mih_tables import T_DIRECT, T_MASK, T_SHIFT, bucket
+from bucketsearch.index.mih_tables import T_BASE, T_DIRECT, T_MASK, T_SHIFT, bucket
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
 
@@ -138,8 +138,13 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 while nb < SPAN_BLOCK:
                     key = key0 ^ mask
                     probes += 1
-                    lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
-                                    word_width)
+                    if tables[j, T_DIRECT]:  # written out: a helper taking the arrays
+                        sd = tables[j, T_BASE] + np.int64(key)  # refcounts them per call
+                        lo = np.int64(starts[sd])
+                        hi = np.int64(starts[sd + 1])
+                    else:
+                        lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions,
+                                        words, word_width)
                     if hi > lo:
                         spans[2 * nb] = base + lo
                         spans[2 * nb + 1] = base + hi

@@ -108,7 +108,7 @@ def item_substring(words, p, j, tables, word_width):
     return substring_of(words, p, tables[j, T_START], tables[j, T_WIDTH], word_width)
 
 
-@njit(inline="always")
+@njit
 def bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width):
     """Bucket of substring value ``key`` in table ``j``: ``(lo, end)``, positions in the
     table's run of ``positions`` (add ``j * n``); ``lo == end`` when no item has it. Direct:
