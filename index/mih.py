@@ -887,10 +887,13 @@ class MultiIndex(IndexBase):
             return index
         tables = SubstringTables(*(arrays[f"table_{name}"] for name in TABLE_ARRAYS),
                                  meta["distinct"])
-        if tables.tables.shape != (m, len(table_rows(index.bits, starts, widths)[0])) or \
-                (tables.tables[:, -2:] != table_rows(index.bits, starts, widths)[:, -2:]).any():
-            raise ValueError(f"substring tables of {tables.tables.shape[0]} rows do not match "
-                             f"{m} substrings of {index.bits}-bit codes")
+        rows = table_rows(index.bits, starts, widths)
+        if tables.tables.shape != rows.shape or \
+                (tables.tables[:, -2:] != rows[:, -2:]).any() or \
+                tables.positions.shape != (m * len(ids),):
+            raise ValueError(f"substring tables of shape {tables.tables.shape} and "
+                             f"{tables.positions.shape[0]} positions do not match {m} "
+                             f"substrings of {index.bits}-bit codes over {len(ids)} items")
         index._install(words, ids, starts, widths, tables)
         return index
 

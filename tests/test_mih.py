@@ -233,8 +233,31 @@ def test_add_remove_and_threads():
         index.add(xb[:1], ids[60:61])
 
 
-def test_visit_stamps_survive_many_queries():
-    """Stamps are never cleared between queries: results stay exact over thousands of them."""
+def test_visit_bits_are_cleared_after_an_overflowing_query():
+    """A query of the general kernel with more unique candidates than its buffer (4,096: the
+    bitset cleared whole, the query searched again), then others: exact, and the bitset
+    returned to the pool is all zero."""
+    bits = 24
+    rng = np.random.default_rng(2)
+    xb = np.full((9000, 1), 0xABCDEF, dtype=np.uint64)
+    xb[::2, 0] ^= np.uint64(1) << rng.integers(0, bits, 4500).astype(np.uint64)
+    index = MultiIndex(bits, substrings=2)
+    index.add(xb)
+    index.threads = 1
+    scan = LinearScan(bits)
+    scan.add(xb)
+    xq = np.array([[0xABCDEF], [0], [0xABCDEF ^ 3], [123]], dtype=np.uint64)
+    for _ in range(2):
+        check_same(index.range_search(xq, 3), scan.range_search(xq, 3))
+        # brute force, not the scan: LinearScan.search(k=5000) returns 4,096 of them here
+        check_same(index.search(xq, 5000), naive.knn(xq, xb, np.arange(9000), bits, 5000))
+    visited = index._visits.arrays()
+    assert visited and all(not v.any() for v in visited)
+    assert index.memory_bytes() >= index.words.nbytes + index.ids.nbytes + visited[0].nbytes
+
+
+def test_visit_bits_survive_many_queries():
+    """The visit bits are cleared after every query: results stay exact over thousands."""
     bits = 32
     xb, ids, _ = make_data(bits, 300, 1, 5)
     index = build(bits, xb, ids, 2)
