@@ -70,7 +70,8 @@ from bucketsearch.index.mih_knn import _mih_knn_kernel
 from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
 from bucketsearch.index.table import HASH_MULTIPLIER
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
-                                           T_MASK, T_SHIFT, T_SLOTS, SubstringTables,
+                                           T_MASK, T_SHIFT, T_SLOTS, T_START, T_WIDTH,
+                                           SubstringTables, substring_of,
                                            bucket, bucket_end, build_tables, distinct_values,
                                            item_substring, table_rows)
 from bucketsearch.index.probe import next_prefix
@@ -91,6 +92,47 @@ SMALL_SORT = 32
 
 
 @njit
+def _hashed_bucket(key, j, tables, slots, bitmap, positions, words, word_width):
+    """``(lo, hi)`` of substring value ``key`` in hashed table ``j``, its end found by reading
+    the items (:func:`index.mih_tables.bucket` and :func:`~index.mih_tables.bucket_end`,
+    written out: inlined helpers taking the arrays refcounted them at every call; a call of
+    this one is not inlined). One-word codes compare a shift and a mask of the code."""
+    n = words.shape[0]
+    pb = j * n
+    h = key * HASH_MULTIPLIER
+    f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
+    if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits != fbits:
+        return np.int64(0), np.int64(0)
+    sb = tables[j, T_BASE]
+    n_slots = np.uint64(tables[j, T_SLOTS])
+    fpb = np.uint64(tables[j, T_FP_BITS])
+    sl, fp = home_and_fingerprint(h, n_slots, fpb)
+    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+    one_word = words.shape[1] == 1
+    shift = np.uint64(tables[j, T_SHIFT])
+    mask = np.uint64(tables[j, T_MASK])
+    while True:
+        e = np.uint64(slots[sb + np.int64(sl)])
+        if e == np.uint64(0):
+            return np.int64(0), np.int64(0)
+        if (e & fp_mask) == fp:
+            lo = np.int64(e >> fpb) - 1
+            hi = lo
+            while hi < n:
+                p = np.int64(positions[pb + hi])
+                v = (words[p, 0] >> shift) & mask if one_word else \
+                    substring_of(words, p, tables[j, T_START], tables[j, T_WIDTH], word_width)
+                if v != key:
+                    break
+                hi += 1
+            if hi > lo:
+                return lo, hi
+        sl += np.uint64(1)
+        if sl == n_slots:
+            sl = np.uint64(0)
+
+
+@njit
 def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positions, words,
                             word_width, hits):
     """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in substring table
@@ -106,8 +148,7 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
             lo = np.int64(starts[sd + np.int64(q)])
             hi = np.int64(starts[sd + np.int64(q) + 1])
         else:
-            lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, words, word_width)
-            hi = bucket_end(q, j, lo, hi, tables, positions, words, word_width)
+            lo, hi = _hashed_bucket(q, j, tables, slots, bitmap, positions, words, word_width)
         if hi > lo and room > 0:
             hits[0] = lo
             hits[1] = hi
@@ -127,9 +168,8 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
                 lo = np.int64(starts[sd + np.int64(key)])
                 hi = np.int64(starts[sd + np.int64(key) + 1])
             else:
-                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, words,
-                                word_width)
-                hi = bucket_end(key, j, lo, hi, tables, positions, words, word_width)
+                lo, hi = _hashed_bucket(key, j, tables, slots, bitmap, positions, words,
+                                        word_width)
             if hi > lo:
                 if nonempty < room:
                     hits[2 * nonempty] = lo

@@ -34,7 +34,10 @@ import numpy as np
 from bucketsearch.index._jit import monotonic_ns, njit, popcount64
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
-from bucketsearch.index.mih_tables import T_BASE, T_DIRECT, T_MASK, T_SHIFT, bucket
+from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
+from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
+                                           T_MASK, T_SHIFT, T_SLOTS)
+from bucketsearch.index.table import HASH_MULTIPLIER
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
 
@@ -142,9 +145,31 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                         sd = tables[j, T_BASE] + np.int64(key)  # refcounts them per call
                         lo = np.int64(starts[sd])
                         hi = np.int64(starts[sd + 1])
-                    else:
-                        lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions,
-                                        words, word_width)
+                    else:  # hashed: the bucket's end is checked while verifying
+                        lo = 0
+                        hi = 0
+                        h = key * HASH_MULTIPLIER
+                        f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
+                        if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                            sb = tables[j, T_BASE]
+                            n_slots = np.uint64(tables[j, T_SLOTS])
+                            fpb = np.uint64(tables[j, T_FP_BITS])
+                            sl, fp = home_and_fingerprint(h, n_slots, fpb)
+                            fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+                            while True:
+                                e = np.uint64(slots[sb + np.int64(sl)])
+                                if e == np.uint64(0):
+                                    break
+                                if (e & fp_mask) == fp:
+                                    cand = np.int64(e >> fpb) - 1
+                                    if (words[positions[base + cand], 0] >> sub_shift[j]) \
+                                            & sub_mask[j] == key:
+                                        lo = cand
+                                        hi = n
+                                        break
+                                sl += np.uint64(1)
+                                if sl == n_slots:
+                                    sl = np.uint64(0)
                     if hi > lo:
                         spans[2 * nb] = base + lo
                         spans[2 * nb + 1] = base + hi
