@@ -161,6 +161,24 @@ def test_probe_microbenchmark(small_indexes):
     assert probe_microbenchmark(wide.table, n_keys=500, repeats=1)["nonempty_ns"] > 0
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 40), width=st.integers(1, 3), nk=st.integers(1, 30),
+       seed=st.integers(0, 2**32 - 1))
+def test_hit_mask_matches_isin(n, width, nk, seed):
+    """The microbenchmark's hit test (a binary search of the code-sorted items) against
+    np.isin of the rows; few distinct values so that keys hit and repeat."""
+    from bucketsearch.index.costmodel.microbench import _hit_mask
+    from bucketsearch.index.table import sort_items
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2**64, size=(6, width), dtype=np.uint64, endpoint=False)
+    words = values[rng.integers(0, 6, n)] if n else np.empty((0, width), np.uint64)
+    words, _ = sort_items(words, np.arange(n, dtype=np.int64))
+    keys = np.ascontiguousarray(np.concatenate([values, rng.integers(
+        0, 2**64, size=(nk, width), dtype=np.uint64, endpoint=False)]))
+    rows = {tuple(r) for r in words.tolist()}
+    assert _hit_mask(keys, words).tolist() == [tuple(k) in rows for k in keys.tolist()]
+
+
 # ------------------------------------------------------------------ estimators (issue 12)
 def _query_samples(rng, nq, coef, noise=0.05, mih=True, radii_max=3, bits=32):
     """Synthetic per-query samples: per radius r < radii[q], probes C(bits, r) (mih: fewer),

@@ -44,21 +44,42 @@ def _time_probes(keys, words, slots, fp_bits, direct, bitmap, repeats):
     return out, found
 
 
-def _hit_mask(keys, codes):
-    """Whether each key is one of ``codes`` (by a sorted search, independent of the hash)."""
-    if not len(codes):
-        return np.zeros(len(keys), dtype=bool)
-    view_dtype = np.dtype((np.void, 8 * codes.shape[1]))
-    a = np.ascontiguousarray(codes).view(view_dtype).ravel()
-    b = np.ascontiguousarray(keys).view(view_dtype).ravel()
-    return np.isin(b, a)
+@njit
+def _hit_mask(keys, words):
+    """Whether each key is one of the code-sorted rows ``words`` (a binary search comparing
+    words first to last, the order of :func:`bucketsearch.index.table.sort_items`; independent
+    of the hash under test): O(len(keys) log n), no copy of the items."""
+    n, W = words.shape
+    out = np.zeros(keys.shape[0], dtype=np.bool_)
+    for i in range(keys.shape[0]):
+        lo, hi = 0, n  # first row >= key
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            less = False
+            for w in range(W):
+                if words[mid, w] != keys[i, w]:
+                    less = words[mid, w] < keys[i, w]
+                    break
+            if less:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n:
+            same = True
+            for w in range(W):
+                if words[lo, w] != keys[i, w]:
+                    same = False
+                    break
+            out[i] = same
+    return out
 
 
 def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
     """Time empty and non-empty probes of a single table
     (:class:`~bucketsearch.index.item_table.ItemTable`):
     ``{"empty_ns", "nonempty_ns", "fill", "empty_pass_ns", "nonempty_pass_ns"}`` (means, ``fill``
-    the fraction of random codes that hit a bucket, the per-pass means; nan: no such key)."""
+    the fraction of random codes that hit a bucket, the per-pass means; nan: no such key).
+    Empty probes: random codes that hit no bucket; non-empty: the codes of random items."""
     from bucketsearch.index.synth import uniform_codes
 
     if repeats < 1 or n_keys < 1:
@@ -67,16 +88,16 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     keys = uniform_codes(n_keys, table.bits, seed=seed)
     args = table.lookup_args()
     _time_probes(keys[:1], *args, 1)  # compile / warm
-    codes = table.distinct_words()
-    hits = _hit_mask(keys, codes)
+    words = np.asarray(table.words)
+    hits = _hit_mask(keys, words)
     empty = np.ascontiguousarray(keys[~hits])
     out = {"fill": float(hits.mean()), "empty_ns": math.nan, "nonempty_ns": math.nan,
            "empty_pass_ns": [], "nonempty_pass_ns": []}
     if len(empty):
         passes = _time_probes(empty, *args, repeats)[0]
         out["empty_ns"], out["empty_pass_ns"] = float(passes.mean()), passes.tolist()
-    if len(codes):
-        full = np.ascontiguousarray(codes[rng.integers(0, len(codes), n_keys)])
+    if len(words):  # the codes of random items (a bucket drawn by its size): no pass over them
+        full = np.ascontiguousarray(words[rng.integers(0, len(words), n_keys)])
         passes = _time_probes(full, *args, repeats)[0]
         out["nonempty_ns"], out["nonempty_pass_ns"] = float(passes.mean()), passes.tolist()
     return out
