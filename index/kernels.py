@@ -231,3 +231,33 @@ def keep_first_rows(blocked, lims, P, start):
                 break
         kept[j] = ok
     return kept
+
+
+@njit
+def row_bounds(words, keys):
+    """For each row of ``keys``: ``(first, end)``, the run of rows equal to it in the
+    code-sorted ``words`` (compared words first to last, the order of
+    :func:`bucketsearch.index.table.sort_items`; ``first == end`` when absent), by binary
+    search: O(len(keys) W log n), no pass over the items."""
+    n, W = words.shape
+    first = np.empty(keys.shape[0], dtype=np.int64)
+    end = np.empty(keys.shape[0], dtype=np.int64)
+    for k in range(keys.shape[0]):
+        for upper in range(2):  # 0: first row >= key; 1: first row > key
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                order = 0
+                for w in range(W):
+                    if words[mid, w] != keys[k, w]:
+                        order = -1 if words[mid, w] < keys[k, w] else 1
+                        break
+                if order < 0 or (upper and order == 0):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if upper:
+                end[k] = lo
+            else:
+                first[k] = lo
+    return first, end

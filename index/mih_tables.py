@@ -377,7 +377,12 @@ def _table_values(words, positions, j, tables, word_width):
 
 def distinct_values(tables: SubstringTables, words: np.ndarray, j: int,
                     word_width: np.ndarray) -> np.ndarray:
-    """The distinct substring values of table ``j``, ascending (a copy made on demand)."""
+    """The distinct substring values of table ``j``, ascending (a copy made on demand): a
+    direct table's from its bucket starts (``2^w`` reads, no pass over the items)."""
+    if tables.tables[j, T_DIRECT]:
+        base, width = int(tables.tables[j, T_BASE]), int(tables.tables[j, T_WIDTH])
+        starts = np.asarray(tables.starts[base:base + (1 << width) + 1])
+        return np.flatnonzero(starts[1:] > starts[:-1]).astype(np.uint64)
     values = _table_values(words, tables.positions, j, tables.tables, word_width)
     if len(values) == 0:
         return values

@@ -48,7 +48,8 @@ from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.item_table import ItemTable
+from bucketsearch.index.item_table import ItemTable, run_starts
+from bucketsearch.index.kernels import row_bounds
 from bucketsearch.index.table import sort_items
 
 PLAN_MODES = ("single", "mih", "scan")
@@ -79,17 +80,33 @@ DEFAULT_SCAN_NS_PER_ITEM = 2.0
 
 
 @njit
-def _distance_histograms(xq, data, max_d):
-    """``(nq, max_d + 1)`` counts of ``data`` rows at each Hamming distance from each query."""
+def _distance_histograms(xq, data, weights, max_d):
+    """``(nq, max_d + 1)``: the sum of ``weights[i]`` over the ``data`` rows ``i`` at each
+    Hamming distance from each query."""
     nq, W = xq.shape
-    out = np.zeros((nq, max_d + 1), dtype=np.int64)
+    out = np.zeros((nq, max_d + 1), dtype=np.float64)
     for qi in range(nq):
         for i in range(data.shape[0]):
             d = 0
             for w in range(W):
                 d += popcount64(xq[qi, w] ^ data[i, w])
-            out[qi, d] += 1
+            out[qi, d] += weights[i]
     return out
+
+
+def _distinct_sample(words: np.ndarray, size: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Rows standing for the distinct codes of the code-sorted ``words`` and their weights:
+    every distinct code (weight 1) when ``words`` has at most ``size`` rows, else ``size``
+    random rows, each weighted ``n / (size x its code's count)`` (Horvitz-Thompson: a code is
+    drawn with probability ``count / n``, so the weighted count of codes at a distance is
+    unbiased), found by binary search: no pass over the items."""
+    n = len(words)
+    if n <= size:
+        distinct = np.ascontiguousarray(words[run_starts(words)]) if n else words
+        return distinct, np.ones(len(distinct))
+    rows = np.ascontiguousarray(words[rng.integers(0, n, size)])
+    first, end = row_bounds(words, rows)
+    return rows, n / (size * (end - first).astype(np.float64))
 
 
 def _sample_rows(arr: np.ndarray, size: int, rng) -> tuple[np.ndarray, float]:
@@ -311,9 +328,10 @@ class AutoIndex(IndexBase):
         """Expected per-distance counts for queries like ``xq`` (see the module docstring)."""
         rng = np.random.default_rng(self.seed)
         data, scale = _sample_rows(self.mih.words, PROFILE_SAMPLE, rng)
-        self.items_d = _distance_histograms(xq, data, self.bits).mean(axis=0) * scale
-        codes, scale = _sample_rows(self.single.table.distinct_words(), PROFILE_SAMPLE, rng)
-        self.codes_d = _distance_histograms(xq, codes, self.bits).mean(axis=0) * scale
+        self.items_d = _distance_histograms(xq, data, np.full(len(data), scale),
+                                            self.bits).mean(axis=0)
+        codes, weights = _distinct_sample(self.mih.words, PROFILE_SAMPLE, rng)
+        self.codes_d = _distance_histograms(xq, codes, weights, self.bits).mean(axis=0)
         qsubs = self.mih.substring_codes(xq)
         dsubs = self.mih.substring_codes(data)
         self.sub_items, self.sub_codes = [], []
@@ -321,11 +339,12 @@ class AutoIndex(IndexBase):
             w = int(self.mih.sub_widths[j])
             qj = np.ascontiguousarray(qsubs[:, j:j + 1])
             self.sub_items.append(_distance_histograms(
-                qj, np.ascontiguousarray(dsubs[:, j:j + 1]), w).mean(axis=0)
-                * (self.ntotal / max(len(data), 1)))
+                qj, np.ascontiguousarray(dsubs[:, j:j + 1]),
+                np.full(len(data), self.ntotal / max(len(data), 1)), w).mean(axis=0))
             tcodes, tscale = _sample_rows(self.mih.distinct_substrings(j).reshape(-1, 1),
                                           PROFILE_SAMPLE, rng)
-            self.sub_codes.append(_distance_histograms(qj, tcodes, w).mean(axis=0) * tscale)
+            self.sub_codes.append(_distance_histograms(
+                qj, tcodes, np.full(len(tcodes), tscale), w).mean(axis=0))
 
     def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
         """Fit the planner's models on sampled queries (default: database codes with 0-3 bits

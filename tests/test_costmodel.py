@@ -164,10 +164,11 @@ def test_probe_microbenchmark(small_indexes):
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(0, 40), width=st.integers(1, 3), nk=st.integers(1, 30),
        seed=st.integers(0, 2**32 - 1))
-def test_hit_mask_matches_isin(n, width, nk, seed):
-    """The microbenchmark's hit test (a binary search of the code-sorted items) against
-    np.isin of the rows; few distinct values so that keys hit and repeat."""
-    from bucketsearch.index.costmodel.microbench import _hit_mask
+def test_row_bounds_match_a_scan(n, width, nk, seed):
+    """The run of equal rows found by binary search (the microbenchmark's hit test, the
+    planner's bucket sizes) against a plain scan of the rows; few distinct values so that keys
+    hit, repeat and miss."""
+    from bucketsearch.index.kernels import row_bounds
     from bucketsearch.index.table import sort_items
     rng = np.random.default_rng(seed)
     values = rng.integers(0, 2**64, size=(6, width), dtype=np.uint64, endpoint=False)
@@ -175,8 +176,12 @@ def test_hit_mask_matches_isin(n, width, nk, seed):
     words, _ = sort_items(words, np.arange(n, dtype=np.int64))
     keys = np.ascontiguousarray(np.concatenate([values, rng.integers(
         0, 2**64, size=(nk, width), dtype=np.uint64, endpoint=False)]))
-    rows = {tuple(r) for r in words.tolist()}
-    assert _hit_mask(keys, words).tolist() == [tuple(k) in rows for k in keys.tolist()]
+    first, end = row_bounds(words, keys)
+    rows = [tuple(r) for r in words.tolist()]
+    for k, key in enumerate(map(tuple, keys.tolist())):
+        equal = [i for i, r in enumerate(rows) if r == key]
+        below = sum(r < key for r in rows)  # rows sort as tuples: words first to last
+        assert (first[k], end[k]) == ((equal[0], equal[-1] + 1) if equal else (below, below))
 
 
 # ------------------------------------------------------------------ estimators (issue 12)

@@ -208,3 +208,23 @@ def test_plan_cache_respects_a_lowered_probe_limit():
     plan = view.range_search(xq, 2, stats=True)[3].plan
     assert plan["mode"] != "single" and plan["predicted_ns"]["single"] is None
     assert index.range_search(xq, 2, stats=True)[3].plan["mode"] == "single"
+
+
+def test_distinct_code_profile_from_a_sample_estimates_the_exact_one():
+    """The planner's count of distinct codes at each distance, from a weighted sample of items
+    (no pass over them at a restart), against the exact count over every distinct code: a
+    clustered set (codes repeated up to hundreds of times) of 60k items, sampled 8k."""
+    from bucketsearch.index.planner import _distance_histograms, _distinct_sample
+    from bucketsearch.index.table import sort_items
+    words, _ = sort_items(clustered_codes(60_000, 32, seed=5), np.arange(60_000))
+    xq = np.ascontiguousarray(queries_near(words, 8, 32, seed=6))
+    exact_codes, ones = _distinct_sample(words, len(words), np.random.default_rng(0))
+    assert np.all(ones == 1) and len(exact_codes) == len(np.unique(words, axis=0))
+    exact = _distance_histograms(xq, exact_codes, ones, 32).sum(axis=0)
+    rows, weights = _distinct_sample(words, 8_000, np.random.default_rng(1))
+    assert len(rows) == 8_000
+    estimate = _distance_histograms(xq, rows, weights, 32).sum(axis=0)
+    assert estimate.sum() == pytest.approx(exact.sum(), rel=0.1)
+    cum_e, cum_x = np.cumsum(estimate), np.cumsum(exact)
+    big = cum_x > 200  # where the exact cumulative count is large enough to be estimated
+    assert np.all(np.abs(cum_e[big] / cum_x[big] - 1) < 0.25)

@@ -18,6 +18,7 @@ from bucketsearch.index._jit import monotonic_ns, njit
 from bucketsearch.index.fits.paper import T0Estimate
 from bucketsearch.index.fits.regression import CONFIDENCE, t_quantile
 from bucketsearch.index.item_table import find_row, find_word
+from bucketsearch.index.kernels import row_bounds
 
 MICROBENCHMARK = "microbenchmark"
 MICROBENCHMARK_FORMULA = ("t0 = (1 - f) t_empty + f t_nonempty, probes timed apart (f: "
@@ -44,36 +45,6 @@ def _time_probes(keys, words, slots, fp_bits, direct, bitmap, repeats):
     return out, found
 
 
-@njit
-def _hit_mask(keys, words):
-    """Whether each key is one of the code-sorted rows ``words`` (a binary search comparing
-    words first to last, the order of :func:`bucketsearch.index.table.sort_items`; independent
-    of the hash under test): O(len(keys) log n), no copy of the items."""
-    n, W = words.shape
-    out = np.zeros(keys.shape[0], dtype=np.bool_)
-    for i in range(keys.shape[0]):
-        lo, hi = 0, n  # first row >= key
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            less = False
-            for w in range(W):
-                if words[mid, w] != keys[i, w]:
-                    less = words[mid, w] < keys[i, w]
-                    break
-            if less:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < n:
-            same = True
-            for w in range(W):
-                if words[lo, w] != keys[i, w]:
-                    same = False
-                    break
-            out[i] = same
-    return out
-
-
 def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int = 0) -> dict:
     """Time empty and non-empty probes of a single table
     (:class:`~bucketsearch.index.item_table.ItemTable`):
@@ -89,7 +60,8 @@ def probe_microbenchmark(table, n_keys: int = 20000, repeats: int = 5, seed: int
     args = table.lookup_args()
     _time_probes(keys[:1], *args, 1)  # compile / warm
     words = np.asarray(table.words)
-    hits = _hit_mask(keys, words)
+    first, end = row_bounds(words, keys)
+    hits = end > first  # by a binary search of the code-sorted items, not the hash under test
     empty = np.ascontiguousarray(keys[~hits])
     out = {"fill": float(hits.mean()), "empty_ns": math.nan, "nonempty_ns": math.nan,
            "empty_pass_ns": [], "nonempty_pass_ns": []}
