@@ -55,6 +55,7 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
     cnt = np.zeros(cut + 1, dtype=np.int64)
     within = 0  # kept items at distance <= tau (k-NN)
     kept = 0
+    compacting = True
     flat = words.reshape(n * W)
     q0 = xq[qi, 0]
     for i in range(n):
@@ -75,14 +76,17 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
                 while tau > 0 and within - cnt[tau] >= k:
                     within -= cnt[tau]
                     tau -= 1
-                if kept >= cap and kept < 2 * cap:
-                    # compact: drop kept items beyond the current cut-off
+                if kept == cap and compacting:
+                    # the buffer is full: drop kept items beyond the current cut-off; when
+                    # none is (k > cap), stop compacting, so the pass overflows and is redone
+                    # with room (compacting a buffer past its end dropped items never stored)
                     j = 0
-                    for t in range(min(kept, cap)):
+                    for t in range(cap):
                         if sel_d[t] <= tau:
                             sel[j] = sel[t]
                             sel_d[j] = sel_d[t]
                             j += 1
+                    compacting = j < cap
                     kept = j
     return kept, tau
 

@@ -66,6 +66,19 @@ def test_range_search_matches_brute_force(cls, bits, n, seed):
 
 
 @pytest.mark.parametrize("cls", [HammingIndex, LinearScan])
+@pytest.mark.parametrize("bits", [64, 128])
+def test_knn_with_k_past_the_scan_buffer(cls, bits):
+    """k larger than the scan's first buffer (4,096 kept items): every neighbour is kept (the
+    buffer's compaction once dropped items it had never stored: 3,881 of k = 5,000)."""
+    xb, ids, xq = make_data(bits, 9000, 3, 7)
+    index = build(cls, bits, xb, ids)
+    for k in (4095, 4096, 4097, 5000, 9000):
+        nD, nI = naive.knn(xq, xb, ids, bits, k)
+        D, I = index.search(xq, k)
+        assert (D == nD).all() and (I == nI).all(), k
+
+
+@pytest.mark.parametrize("cls", [HammingIndex, LinearScan])
 @settings(max_examples=40, deadline=None)
 @given(bits=st.sampled_from(BITS), n=st.integers(0, 60), k=st.integers(1, 12),
        seed=st.integers(0, 2**31))
