@@ -39,6 +39,7 @@ import numpy as np
 
 from bucketsearch.index.codes import as_words, check_bits
 from bucketsearch.index.factory import check_served_mode
+from bucketsearch.index.handle import Budget, FollowerStopped, RadiusProfile, Sizes
 from bucketsearch.index.storage import follow, snapshot
 from bucketsearch.index.storage.dedup import (DEDUP_RANGE_CAP, DEFAULT_REPORT, DedupResult,
                                               dedup_batch, dedup_neighbours)
@@ -49,6 +50,7 @@ from bucketsearch.index.storage.recovery import (Config, CorruptIndexError, Reco
 from bucketsearch.index.storage.state import (MAX_ID, DuplicateIdError, LiveState, apply_one,
                                               apply_ops, base_state, merge_results,
                                               with_probe_limit, write_batch)
+from bucketsearch.index.storage.view import LiveView
 from bucketsearch.index.storage.wal import CorruptLogError, Op, WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -58,11 +60,6 @@ __all__ = ["DEDUP_RANGE_CAP", "MAX_ID", "SNAPSHOT_META", "CorruptIndexError",
            "DuplicateIdError", "FollowerStopped", "LiveIndex", "LiveState", "Recovery",
            "apply_ops", "dedup_batch", "dedup_neighbours", "merge_results", "with_probe_limit",
            "write_batch"]
-
-
-class FollowerStopped(CorruptIndexError):
-    """A follower found damage in the log the writer committed and stopped following (the
-    message says where); it applies nothing more."""
 
 
 class LiveIndex:
@@ -446,9 +443,22 @@ class LiveIndex:
                 self._wal.close()  # a fail-stopped log tries its undo once more
 
     # ---------------------------------------------------------------------------- reading
+    # The reads of the handle protocol (bucketsearch.index.handle), each over the state of the
+    # moment: LiveView (index/storage/view.py) holds the read path; view() gives one state to
+    # a request that reads several times.
+    shards = 0  # one index in this process (the handle's shards and partitioning)
+    partitioning = None
+
+    def view(self) -> LiveView:
+        """The reads of the current state (one consistent state for every call)."""
+        return LiveView(self.state)
+
     @property
     def ntotal(self) -> int:
         return self.state.ntotal
+
+    def sizes(self) -> Sizes:
+        return self.view().sizes()
 
     def check_radius(self, radius: int) -> None:
         if not 0 <= radius <= self.bits:
@@ -457,24 +467,63 @@ class LiveIndex:
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
         bool per id and ``words`` its (n, W) uint64 code (zeros where not found)."""
-        return self.state.get(np.asarray(ids, dtype=np.int64).reshape(-1))
+        return self.view().get(ids)
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, words)`` of every live item (main minus tombstones, then the delta)."""
+        return self.state.items()
+
+    def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.view().sample(n, seed)
+
+    def query_sample(self, n: int, seed: int) -> np.ndarray:
+        return self.view().query_sample(n, seed)
 
     def range_search(self, xq, radius: int, stats: bool = False,
-                     max_probes: int | None = None, max_results: int | None = None):
+                     max_probes: int | None = None, max_results: int | None = None,
+                     budget: Budget | None = None):
         """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
         per-query probe guard for this call only, ``max_results`` caps the batch's results
-        (``bucketsearch.index.probe.ResultLimitError``)."""
-        self.check_radius(radius)
-        return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes,
-                                       max_results)
+        (``bucketsearch.index.probe.ResultLimitError``); ``budget``: checked first
+        (:meth:`LiveView.range_search`)."""
+        return self.view().range_search(xq, radius, stats, max_probes, max_results, budget)
 
     def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
-               max_probes: int | None = None):
+               max_probes: int | None = None, budget: Budget | None = None):
         """The k nearest live items (within ``max_distance`` when given) of one consistent
         state: ``(D, I, stats or None)``, ``(nq, k)`` padded with -1."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
-        if max_distance is not None:
-            self.check_radius(max_distance)
-        return self.state.search(as_words(xq, self.bits), int(k), max_distance, stats,
-                                 max_probes)
+        return self.view().search(xq, k, max_distance, stats, max_probes, budget)
+
+    def range_estimate(self, nq: int, radius: int, cheap: bool = False):
+        return self.view().range_estimate(nq, radius, cheap)
+
+    def probe_engine(self):
+        return self.view().probe_engine()
+
+    def paper_engine(self):
+        return self.view().paper_engine()
+
+    def radius_profile(self, queries: int, max_distance: int | None, seed: int,
+                       budget: Budget) -> RadiusProfile:
+        return self.view().radius_profile(queries, max_distance, seed, budget)
+
+    def info(self) -> dict:
+        """The IndexInfo fields of one state (:meth:`IndexHandle.info`)."""
+        view = self.view()
+        main = view.state.main
+        return {"mode": self.mode,
+                "substrings": getattr(main, "substrings", self.substrings)
+                if self.mode != "single" else None,
+                **view.sizes().info(), **view.bucket_info(), "memory_bytes": view.memory_bytes(),
+                "merges": self.merges, "merging": self.merging, "merge": self.merge_status,
+                "last_merge": self.last_merge, "last_merge_error": self.last_merge_error,
+                "applied_lsn": self.applied.lsn, "lag_ms": round(self.lag_ms, 1)}
+
+    def warm(self) -> None:
+        """One radius-0 and one 1-NN search with statistics of an item's code (the kernels
+        compiled or loaded, a memory-mapped snapshot's pages touched); nothing when empty."""
+        view = self.view()
+        if view.ntotal:
+            q = view.sample(1, 0)[1].copy()  # a copy: queries are never read-only arrays
+            view.range_search(q, 0, stats=True)
+            view.search(q, 1, stats=True)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from bucketsearch.index import join
+from bucketsearch.index.budget import bucket_sizes  # noqa: F401 -- importable here
 from bucketsearch.index.codes import as_words, n_words
+from bucketsearch.index.errors import DuplicateIdError  # noqa: F401 -- raised here, importable here
 from bucketsearch.index.kernels import merge_rows, rows_done
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.radix import merge_sorted
@@ -29,11 +31,6 @@ from bucketsearch.index.table import sort_items
 
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
 MAX_ID = 2**63 - 1  # ids are int64 >= 0
-
-class DuplicateIdError(ValueError):
-    """An inserted id is already live in the index (HTTP 409)."""
-
-
 
 def with_probe_limit(main, limit: int | None):
     """``main`` itself, or a shallow copy sharing its arrays with a lower ``max_probes``."""
@@ -424,14 +421,3 @@ def base_state(main, bits: int, version: int, id_high: int = -1) -> LiveState:
     return LiveState(bits, main, ids, None, _EMPTY_IDS,
                      np.empty((0, n_words(bits)), dtype=np.uint64), _EMPTY_IDS, version, id_high)
 
-
-def bucket_sizes(main) -> np.ndarray:
-    """Items per distinct full code of the main table (its buckets in single mode)."""
-    if not main.ntotal:
-        return np.empty(0, dtype=np.int64)
-    table = getattr(main, "table", None)
-    if table is not None:
-        return np.asarray(table.bucket_sizes())
-    words = np.asarray(main.words)  # sorted by (code, id): equal codes are adjacent
-    change = np.flatnonzero(np.any(words[1:] != words[:-1], axis=1)) + 1
-    return np.diff(np.concatenate([[0], change, [len(words)]]))
