@@ -198,6 +198,14 @@ class IndexHandle(IndexView, Protocol):
     def failed(self) -> str | None:
         """Why the index refuses writes after a storage fault (fail-stop), else None."""
 
+    @property
+    def merging(self) -> bool:
+        """Whether a merge (or mode change) runs now."""
+
+    merges: int  # merges of the index so far (kept in its snapshots)
+    last_merge: float | None  # end of the last merge (Unix time), None before the first
+    last_merge_error: str | None  # why the last background merge failed, None after a success
+
     def info(self) -> dict:
         """The IndexInfo fields of the index: mode, substrings, the :class:`Sizes`, distinct
         codes, ``bucket_size_histogram`` (``[{"size", "buckets"}]``), memory, merge state
