@@ -510,9 +510,8 @@ class LiveIndex:
     def info(self) -> dict:
         """The IndexInfo fields of one state (:meth:`IndexHandle.info`)."""
         view = self.view()
-        main = view.state.main
         return {"mode": self.mode,
-                "substrings": getattr(main, "substrings", self.substrings)
+                "substrings": (view.substrings or self.substrings)
                 if self.mode != "single" else None,
                 **view.sizes().info(), **view.bucket_info(), "memory_bytes": view.memory_bytes(),
                 "merges": self.merges, "merging": self.merging, "merge": self.merge_status,

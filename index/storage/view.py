@@ -40,6 +40,17 @@ class LiveView:
         """The state's version: one more with every write."""
         return self.state.version
 
+    @property
+    def next_id(self) -> int:
+        """The first id an insert without ids gets (:attr:`LiveState.next_id`)."""
+        return self.state.next_id
+
+    @property
+    def substrings(self) -> int | None:
+        """The main index's substrings (multi-index hashing and the planner's; None for a
+        single table)."""
+        return getattr(self.state.main, "substrings", None)
+
     def sizes(self) -> Sizes:
         st = self.state
         return Sizes(st.ntotal, int(st.main.ntotal), int(len(st.delta_ids)),
@@ -169,6 +180,11 @@ class LiveView:
         st = self.state
         return int(st.main.memory_bytes() + st.main_ids.nbytes + st.delta_words.nbytes
                    + st.delta_ids.nbytes + st.tombstones.nbytes)
+
+    def probe_count(self, radius: int, nq: int = 1, max_probes: int | None = None) -> int:
+        """Probes per query of a radius search of ``nq`` queries under ``max_probes`` (mode
+        auto: of the plan it would run, 0 for a scan)."""
+        return int(with_probe_limit(self.state.main, max_probes).probe_count(radius, nq))
 
     def probe_engine(self):
         """The table a search probes radius by radius: the main index, or mode auto's single
