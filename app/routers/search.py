@@ -22,7 +22,7 @@ octet-stream bodies:
 Linear scans (the planner's scan plan, the delta segment of recent inserts) probe no bucket;
 they are charged to ``max_request_compares`` (queries x items compared), and every search's
 answer and statistics to ``max_request_memory``, both estimated from the request and the
-index's shape before any work (app/budget.py). k-NN's scan fallback (a query whose probe share
+index's shape before any work (index/budget.py). k-NN's scan fallback (a query whose probe share
 ran out) is bounded by ``nq x N`` compares, ``nq <= max_batch``.
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ SEARCH_BODY = json_or_octet_body(SearchRequest)
 INLINE_MAX_PROBES = 5_000
 INLINE_MAX_BODY = 1_024  # bytes of a body parsed on the event loop (a handful of codes)
 INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
-#: Most ids an inline search may return (app.budget.answer_bound): building and encoding a
+#: Most ids an inline search may return (bucketsearch.index.budget.answer_bound): building and encoding a
 #: large answer takes milliseconds whatever the probes (radius 0 on a bucket of 39,000 items,
 #: 128 queries: 5M ids, 0.2-1 s of the event loop), and blocks every other request meanwhile.
 INLINE_MAX_RESULTS = 4_096

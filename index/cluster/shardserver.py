@@ -8,8 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bucketsearch.index.cluster.shardtasks import ShardTasks, snapshot_shard
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import DuplicateIdError

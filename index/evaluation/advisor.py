@@ -86,7 +86,7 @@ def measure_radius(state, xq: np.ndarray, radius: int, *, max_probes: int | None
     sample after a warm-up run; ``(None, reason)`` when a limit refuses it (before any work for
     the probe limits, as the search route does)."""
     from bucketsearch.index.base import ProbeLimitError, ResultLimitError
-    from bucketsearch.index.storage.state import with_probe_limit
+    from bucketsearch.index.storage.reads import with_probe_limit
 
     nq = len(xq)
     main = state.main

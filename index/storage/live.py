@@ -1,13 +1,15 @@
-"""A live index: the coordinator of one index folder (locks, the log, the merge thread, the
-follower).
+"""A live index: the coordinator of one index folder (locks, the log, the merge thread).
 
 The pieces it coordinates, each in its own module: the immutable state and its transitions
 (:mod:`~bucketsearch.index.storage.state`: :class:`LiveState`, :func:`apply_ops`), the
-folder's file names (:mod:`~bucketsearch.index.storage.layout`), the write-ahead log
+read path of one state (:mod:`~bucketsearch.index.storage.reads`), the folder's file names
+(:mod:`~bucketsearch.index.storage.layout`), the write-ahead log
 (:mod:`~bucketsearch.index.storage.wal`), the snapshot writer and reader
 (:mod:`~bucketsearch.index.storage.snapshot`), recovery
-(:mod:`~bucketsearch.index.storage.recovery`) and the commit position read replicas follow
-(:mod:`~bucketsearch.index.storage.follow`).
+(:mod:`~bucketsearch.index.storage.recovery`), the commit position and catching up with it
+(:mod:`~bucketsearch.index.storage.follow`, :mod:`~bucketsearch.index.storage.follower`:
+:class:`Follower`), and the reads the service asks of the index, the handle protocol
+(:mod:`~bucketsearch.index.storage.view`: :class:`LiveReads`, :class:`LiveView`).
 
 A search reads ``self.state`` once and works on that value only, so it never waits for a
 write and never sees half of one. A write takes the write lock, validates, appends its WAL
@@ -39,8 +41,8 @@ import numpy as np
 
 from bucketsearch.index.codes import as_words, check_bits
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.handle import Budget, FollowerStopped, RadiusProfile, Sizes
-from bucketsearch.index.storage import follow, snapshot
+from bucketsearch.index.errors import FollowerStopped
+from bucketsearch.index.storage import snapshot
 from bucketsearch.index.storage.dedup import (DEDUP_RANGE_CAP, DEFAULT_REPORT, DedupResult,
                                               dedup_batch, dedup_neighbours)
 from bucketsearch.index.storage.dedup import decide as dedup_decide
@@ -50,8 +52,9 @@ from bucketsearch.index.storage.recovery import (Config, CorruptIndexError, Reco
 from bucketsearch.index.storage.state import (MAX_ID, DuplicateIdError, LiveState, apply_one,
                                               apply_ops, base_state, merge_results,
                                               with_probe_limit, write_batch)
-from bucketsearch.index.storage.view import LiveView
-from bucketsearch.index.storage.wal import CorruptLogError, Op, WriteAheadLog
+from bucketsearch.index.storage.follower import Follower
+from bucketsearch.index.storage.view import LiveReads
+from bucketsearch.index.storage.wal import Op, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ __all__ = ["DEDUP_RANGE_CAP", "MAX_ID", "SNAPSHOT_META", "CorruptIndexError",
            "write_batch"]
 
 
-class LiveIndex:
+class LiveIndex(LiveReads, Follower):
     """Durable, concurrently searchable index over one directory (snapshots + WAL segments).
 
     ``repair=True`` (``bucketsearch repair``) opens a damaged index by salvaging every intact
@@ -358,72 +361,6 @@ class LiveIndex:
             log.warning("index %s: cleanup after merge incomplete (%s); retried after the next "
                         "merge", self.directory.name, exc)
 
-    # ---------------------------------------------------------------------------- following
-    def _publish_position(self) -> None:
-        """Writer: the commit position for followers (:mod:`~bucketsearch.index.storage.follow`)."""
-        follow.write_position(self.directory, follow.Position(
-            self._wal.seq, self._wal.size, self._verified_snapshot))
-
-    @property
-    def applied(self) -> follow.Position:
-        """The log position this index has applied (a writer: all it acknowledged)."""
-        if self._wal is not None:
-            return follow.Position(self._wal.seq, self._wal.size, self._verified_snapshot)
-        return self._applied
-
-    @property
-    def lag_ms(self) -> float:
-        """A follower's staleness bound: ms since a catch-up last found nothing newer (0 for
-        the writer)."""
-        if self._wal is not None:
-            return 0.0
-        return (time.monotonic() - self._caught_up_at) * 1e3
-
-    def catch_up(self) -> bool:
-        """Follower (read-only): apply the records the writer committed since the last call,
-        or reload from the newest snapshot after a merge (or when the log went back: a repair
-        or a restored folder). Returns whether the state changed. A failure (raised) leaves the
-        state as it was, to be retried; damage in what the writer committed
-        (:class:`~bucketsearch.index.storage.wal.CorruptLogError`, :class:`CorruptIndexError`)
-        stops the follower for good (``follow_stopped`` says why; every later call raises
-        :class:`FollowerStopped`): it never applies a record past a damaged one. Opening the
-        folder afresh (after ``bucketsearch repair`` on the writer's side) follows again."""
-        if not self.read_only:
-            return False
-        if self.follow_stopped is not None:
-            raise FollowerStopped(self.follow_stopped)
-        checked = time.monotonic()
-        pos = follow.read_position(self.directory)
-        if pos is None or pos == self._applied:
-            self._caught_up_at = checked
-            return False
-        try:
-            if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:
-                self._reload()
-            else:
-                try:
-                    ops = follow.read_committed(self.directory, self._applied, pos)
-                except FileNotFoundError:  # cleaned up after a merge we have not loaded yet
-                    self._reload()
-                else:
-                    state = self.state
-                    self.state = apply_ops(state, ops, check=False) if ops else state
-                    self._applied = pos
-        except (CorruptLogError, CorruptIndexError) as exc:
-            self.follow_stopped = f"following the writer stopped: {exc}"  # never skip past it
-            raise FollowerStopped(self.follow_stopped) from exc
-        self._caught_up_at = checked
-        return True
-
-    def _reload(self) -> None:
-        """Follower: open the directory afresh (newest snapshot + committed log) and adopt it."""
-        fresh = LiveIndex(self.directory, self.bits, self.mode, self.substrings,
-                          max_probes=self.max_probes, read_only=True, mmap=self.mmap,
-                          background_merge=False)
-        self.mode, self.substrings = fresh.mode, fresh.substrings
-        self.recovery = fresh.recovery
-        self.state, self._applied = fresh.state, fresh._applied
-
     def wait_for_merge(self, timeout: float | None = None) -> None:
         thread = self._merge_thread
         if thread is not None:
@@ -441,88 +378,3 @@ class LiveIndex:
         with self._merge_lock, self._write_lock:
             if self._wal is not None:
                 self._wal.close()  # a fail-stopped log tries its undo once more
-
-    # ---------------------------------------------------------------------------- reading
-    # The reads of the handle protocol (bucketsearch.index.handle), each over the state of the
-    # moment: LiveView (index/storage/view.py) holds the read path; view() gives one state to
-    # a request that reads several times.
-    shards = 0  # one index in this process (the handle's shards and partitioning)
-    partitioning = None
-
-    def view(self) -> LiveView:
-        """The reads of the current state (one consistent state for every call)."""
-        return LiveView(self.state)
-
-    @property
-    def ntotal(self) -> int:
-        return self.state.ntotal
-
-    def sizes(self) -> Sizes:
-        return self.view().sizes()
-
-    def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
-
-    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
-        bool per id and ``words`` its (n, W) uint64 code (zeros where not found)."""
-        return self.view().get(ids)
-
-    def items(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(ids, words)`` of every live item (main minus tombstones, then the delta)."""
-        return self.state.items()
-
-    def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.view().sample(n, seed)
-
-    def query_sample(self, n: int, seed: int) -> np.ndarray:
-        return self.view().query_sample(n, seed)
-
-    def range_search(self, xq, radius: int, stats: bool = False,
-                     max_probes: int | None = None, max_results: int | None = None,
-                     budget: Budget | None = None):
-        """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
-        per-query probe guard for this call only, ``max_results`` caps the batch's results
-        (``bucketsearch.index.probe.ResultLimitError``); ``budget``: checked first
-        (:meth:`LiveView.range_search`)."""
-        return self.view().range_search(xq, radius, stats, max_probes, max_results, budget)
-
-    def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
-               max_probes: int | None = None, budget: Budget | None = None):
-        """The k nearest live items (within ``max_distance`` when given) of one consistent
-        state: ``(D, I, stats or None)``, ``(nq, k)`` padded with -1."""
-        return self.view().search(xq, k, max_distance, stats, max_probes, budget)
-
-    def range_estimate(self, nq: int, radius: int, cheap: bool = False):
-        return self.view().range_estimate(nq, radius, cheap)
-
-    def probe_engine(self):
-        return self.view().probe_engine()
-
-    def paper_engine(self):
-        return self.view().paper_engine()
-
-    def radius_profile(self, queries: int, max_distance: int | None, seed: int,
-                       budget: Budget) -> RadiusProfile:
-        return self.view().radius_profile(queries, max_distance, seed, budget)
-
-    def info(self) -> dict:
-        """The IndexInfo fields of one state (:meth:`IndexHandle.info`)."""
-        view = self.view()
-        return {"mode": self.mode,
-                "substrings": (view.substrings or self.substrings)
-                if self.mode != "single" else None,
-                **view.sizes().info(), **view.bucket_info(), "memory_bytes": view.memory_bytes(),
-                "merges": self.merges, "merging": self.merging, "merge": self.merge_status,
-                "last_merge": self.last_merge, "last_merge_error": self.last_merge_error,
-                "applied_lsn": self.applied.lsn, "lag_ms": round(self.lag_ms, 1)}
-
-    def warm(self) -> None:
-        """One radius-0 and one 1-NN search with statistics of an item's code (the kernels
-        compiled or loaded, a memory-mapped snapshot's pages touched); nothing when empty."""
-        view = self.view()
-        if view.ntotal:
-            q = view.sample(1, 0)[1].copy()  # a copy: queries are never read-only arrays
-            view.range_search(q, 0, stats=True)
-            view.search(q, 1, stats=True)

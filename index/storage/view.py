@@ -19,8 +19,98 @@ from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.codes import as_words, n_words, pack_bits
 from bucketsearch.index.handle import (DEFAULT_PROFILE_PROBES, DEFAULT_PROFILE_RADIUS, Budget,
                                        RadiusProfile, Sizes)
-from bucketsearch.index.storage.state import LiveState, with_probe_limit
+from bucketsearch.index.storage.reads import with_probe_limit
+from bucketsearch.index.storage.state import LiveState
 
+
+
+class LiveReads:
+    """Mixin of :class:`~bucketsearch.index.storage.live.LiveIndex`: the reads of the handle
+    protocol (:class:`~bucketsearch.index.handle.IndexHandle`), each over the state of the
+    moment (``self.state``, swapped by every write); :meth:`view` gives one state to a request
+    that reads several times. Its other attributes: ``bits, mode, substrings, merges,
+    merging, merge_status, last_merge, last_merge_error, applied, lag_ms``."""
+
+    shards = 0  # one index in this process (the handle's shards and partitioning)
+    partitioning = None
+
+    def view(self) -> LiveView:
+        """The reads of the current state (one consistent state for every call)."""
+        return LiveView(self.state)
+
+    @property
+    def ntotal(self) -> int:
+        return self.state.ntotal
+
+    def sizes(self) -> Sizes:
+        return self.view().sizes()
+
+    def check_radius(self, radius: int) -> None:
+        if not 0 <= radius <= self.bits:
+            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+
+    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
+        bool per id and ``words`` its (n, W) uint64 code (zeros where not found)."""
+        return self.view().get(ids)
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, words)`` of every live item (main minus tombstones, then the delta)."""
+        return self.state.items()
+
+    def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.view().sample(n, seed)
+
+    def query_sample(self, n: int, seed: int) -> np.ndarray:
+        return self.view().query_sample(n, seed)
+
+    def range_search(self, xq, radius: int, stats: bool = False,
+                     max_probes: int | None = None, max_results: int | None = None,
+                     budget: Budget | None = None):
+        """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
+        per-query probe guard for this call only, ``max_results`` caps the batch's results
+        (``bucketsearch.index.probe.ResultLimitError``); ``budget``: checked first
+        (:meth:`LiveView.range_search`)."""
+        return self.view().range_search(xq, radius, stats, max_probes, max_results, budget)
+
+    def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
+               max_probes: int | None = None, budget: Budget | None = None):
+        """The k nearest live items (within ``max_distance`` when given) of one consistent
+        state: ``(D, I, stats or None)``, ``(nq, k)`` padded with -1."""
+        return self.view().search(xq, k, max_distance, stats, max_probes, budget)
+
+    def range_estimate(self, nq: int, radius: int, cheap: bool = False):
+        return self.view().range_estimate(nq, radius, cheap)
+
+    def probe_engine(self):
+        return self.view().probe_engine()
+
+    def paper_engine(self):
+        return self.view().paper_engine()
+
+    def radius_profile(self, queries: int, max_distance: int | None, seed: int,
+                       budget: Budget) -> RadiusProfile:
+        return self.view().radius_profile(queries, max_distance, seed, budget)
+
+    def info(self) -> dict:
+        """The IndexInfo fields of one state (:meth:`IndexHandle.info`)."""
+        view = self.view()
+        return {"mode": self.mode,
+                "substrings": (view.substrings or self.substrings)
+                if self.mode != "single" else None,
+                **view.sizes().info(), **view.bucket_info(), "memory_bytes": view.memory_bytes(),
+                "merges": self.merges, "merging": self.merging, "merge": self.merge_status,
+                "last_merge": self.last_merge, "last_merge_error": self.last_merge_error,
+                "applied_lsn": self.applied.lsn, "lag_ms": round(self.lag_ms, 1)}
+
+    def warm(self) -> None:
+        """One radius-0 and one 1-NN search with statistics of an item's code (the kernels
+        compiled or loaded, a memory-mapped snapshot's pages touched); nothing when empty."""
+        view = self.view()
+        if view.ntotal:
+            q = view.sample(1, 0)[1].copy()  # a copy: queries are never read-only arrays
+            view.range_search(q, 0, stats=True)
+            view.search(q, 1, stats=True)
 
 
 class LiveView:
