@@ -21,9 +21,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bucketsearch.app.guard import flat_routes
 from bucketsearch.app.jobs import JobConflict, JobNotFound
 from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, SnapshotNotFound
-from bucketsearch.index.handle import (DuplicateIdError, IndexUnavailable, NotServed,
-                                       ProbeLimitError)
-from bucketsearch.index.storage.wal import AppendFailed, LogFailed
+from bucketsearch.index.handle import (AppendFailed, DuplicateIdError, IndexUnavailable,
+                                       LogFailed, NotServed, ProbeLimitError)
 
 
 def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:

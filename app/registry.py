@@ -29,9 +29,9 @@ from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
 from bucketsearch.index.disk import fsio
 from bucketsearch.index.storage import backup, catalog, exports, layout
-from bucketsearch.index.handle import IndexHandle
-from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
-from bucketsearch.index.storage.wal import CorruptLogError
+from bucketsearch.index.handle import (CorruptIndexError, CorruptLogError, FollowerStopped,
+                                       IndexHandle)
+from bucketsearch.index.storage.live import LiveIndex
 
 log = logging.getLogger("bucketsearch.app")
 RETRY_UNAVAILABLE_S = 10.0  # a read-only server tries an index it could not open again after

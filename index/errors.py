@@ -33,6 +33,14 @@ class FollowerStopped(CorruptIndexError):
     message says where); it applies nothing more."""
 
 
+class AppendFailed(OSError):
+    """The disk refused a record; the log was restored as it was: nothing was acknowledged."""
+
+
+class LogFailed(OSError):
+    """The log could not be restored after a failed append: it refuses writes (fail-stop)."""
+
+
 class IndexUnavailable(OSError):
     """The index exists but could not be opened (HTTP 503 with the reason and
     ``Retry-After: retry_after_s``)."""
@@ -44,5 +52,5 @@ class JobFailed(RuntimeError):
     """A near-duplicate job stopped on a limit or a bad input (its reason)."""
 
 
-__all__ = ["CorruptIndexError", "CorruptLogError", "DuplicateIdError", "FollowerStopped",
-           "IndexUnavailable", "JobFailed", "NotServed"]
+__all__ = ["AppendFailed", "CorruptIndexError", "CorruptLogError", "DuplicateIdError", "FollowerStopped",
+           "IndexUnavailable", "JobFailed", "LogFailed", "NotServed"]

@@ -38,7 +38,9 @@ error                       status    raised when
 :class:`CorruptIndexError`  (open)    the folder's snapshots or log are damaged
 :class:`CorruptLogError`    (open)    a log record is damaged past the torn tail
 :class:`FollowerStopped`    (follow)  a follower found damage in the writer's log
-``OSError``                 500/507   a storage fault (the write was not acknowledged)
+:class:`AppendFailed`       503       the disk refused a log record (nothing acknowledged)
+:class:`LogFailed`          503       ... and the log could not be restored: writes refused
+``OSError``                 503       any other storage fault (nothing was acknowledged)
 ==========================  ========  ===================================================
 """
 from __future__ import annotations
@@ -50,12 +52,13 @@ import numpy as np
 
 from bucketsearch.index.base import ProbeLimitError, ResultLimitError, SearchStats
 from bucketsearch.index.budget import Budget, BudgetExceeded, RequestProbeLimit, Work
-from bucketsearch.index.errors import (CorruptIndexError, CorruptLogError, DuplicateIdError,
-                                       FollowerStopped, IndexUnavailable, NotServed)
+from bucketsearch.index.errors import (AppendFailed, CorruptIndexError, CorruptLogError,
+                                       DuplicateIdError, FollowerStopped, IndexUnavailable,
+                                       LogFailed, NotServed)
 
-__all__ = ["Budget", "BudgetExceeded", "CorruptIndexError", "CorruptLogError",
+__all__ = ["AppendFailed", "Budget", "BudgetExceeded", "CorruptIndexError", "CorruptLogError",
            "DuplicateIdError", "FollowerStopped", "IndexHandle", "IndexUnavailable", "IndexView",
-           "NotServed",
+           "LogFailed", "NotServed",
            "ProbeLimitError", "RadiusProfile", "RequestProbeLimit", "ResultLimitError",
            "Sizes", "Work"]
 
@@ -101,6 +104,19 @@ class RadiusProfile:
     main_size: int
     live_size: int
     planner: dict | None
+
+
+def check_radius(radius: int, bits: int) -> None:
+    """``ValueError`` naming ``max_distance`` unless ``0 <= radius <= bits``."""
+    if not 0 <= radius <= bits:
+        raise ValueError(f"max_distance must be in [0, bits={bits}], got {radius}")
+
+
+def check_k(k) -> int:
+    """``k`` as an int, ``ValueError`` unless it is an int >= 1 (a bool is not)."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+    return int(k)
 
 
 # --------------------------------------------------------------------------------- protocols

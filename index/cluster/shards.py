@@ -53,7 +53,8 @@ from bucketsearch.index.cluster.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
 from bucketsearch.index import budget as work
 from bucketsearch.index.codes import as_words, n_words, pack_bits
-from bucketsearch.index.handle import Budget, NotServed, RadiusProfile, Sizes
+from bucketsearch.index.handle import (Budget, NotServed, RadiusProfile, Sizes, check_k,
+                                       check_radius)
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.storage.dedup import DEFAULT_REPORT, DedupResult, screen
 from bucketsearch.index.storage.layout import shard_folder
@@ -234,8 +235,7 @@ class ShardedLive:
                      if s["last_merge_error"]), None)
 
     def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+        check_radius(radius, self.bits)
 
     # --------------------------------------------------------------------------- routing
     def _owner(self, ids: np.ndarray, words: np.ndarray):
@@ -310,17 +310,16 @@ class ShardedLive:
         """The k nearest over every shard (the top k of each shard's top k by (distance,
         id)); with a ``budget``, its compares and memory checked first and its probes shared
         out as each query's limit."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        k = check_k(k)
         if max_distance is not None:
             self.check_radius(max_distance)
         xq = as_words(xq, self.bits)
         if budget is not None:
             max_probes = budget.probe_share(len(xq))
             t = self._totals
-            work.knn_work_of(len(xq), int(k), self.bits, False, t["main_size"],
-                             t["delta_size"]).check(budget, *work.knn_hint(len(xq), int(k)))
-        return self._knn(xq, int(k), max_distance, stats, max_probes)
+            work.knn_work_of(len(xq), k, self.bits, False, t["main_size"],
+                             t["delta_size"]).check(budget, *work.knn_hint(len(xq), k))
+        return self._knn(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:
         """The most work of a radius search at the shards' probe guard; ``cheap``: None (the

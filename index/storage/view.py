@@ -18,7 +18,8 @@ from bucketsearch.index import budget as work
 from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.codes import as_words, n_words, pack_bits
 from bucketsearch.index.handle import (DEFAULT_PROFILE_PROBES, DEFAULT_PROFILE_RADIUS, Budget,
-                                       RadiusProfile, Sizes)
+                                       RadiusProfile, Sizes, check_k,
+                                       check_radius)
 from bucketsearch.index.storage.reads import with_probe_limit
 from bucketsearch.index.storage.state import LiveState
 
@@ -46,8 +47,7 @@ class LiveReads:
         return self.view().sizes()
 
     def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+        check_radius(radius, self.bits)
 
     def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
         """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
@@ -147,8 +147,7 @@ class LiveView:
                      int(len(st.tombstones)))
 
     def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+        check_radius(radius, self.bits)
 
     # ------------------------------------------------------------------------- searches
     def range_search(self, xq, radius: int, stats: bool = False, max_probes: int | None = None,
@@ -183,16 +182,15 @@ class LiveView:
         """The k nearest live items (within ``max_distance`` when given):
         :meth:`LiveState.search`; with a ``budget``, its compares and memory checked first and
         its probes shared out as each query's limit (a query past it switches to a scan)."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        k = check_k(k)
         if max_distance is not None:
             self.check_radius(max_distance)
         xq = as_words(xq, self.bits)
         if budget is not None:
             max_probes = budget.probe_share(len(xq))
-            work.knn_work(self.state, len(xq), int(k), max_distance).check(
-                budget, *work.knn_hint(len(xq), int(k)))
-        return self.state.search(xq, int(k), max_distance, stats, max_probes)
+            work.knn_work(self.state, len(xq), k, max_distance).check(
+                budget, *work.knn_hint(len(xq), k))
+        return self.state.search(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:
         """The most work of a radius search of ``nq`` queries at the index's own probe guard;

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.index.disk import fsio
-from bucketsearch.index.errors import CorruptLogError
+from bucketsearch.index.errors import AppendFailed, CorruptLogError, LogFailed  # noqa: F401
 from bucketsearch.index.storage import layout
 from bucketsearch.index.storage.layout import segment_name
 
@@ -68,14 +68,6 @@ class Op:
     kind: str
     ids: np.ndarray  # (n,) int64
     words: np.ndarray | None = None  # (n, W) uint64 for "add" and "upsert"
-
-
-class AppendFailed(OSError):
-    """The disk refused a record; the log was restored as it was: nothing was acknowledged."""
-
-
-class LogFailed(OSError):
-    """The log could not be restored after a failed append: it refuses writes (fail-stop)."""
 
 
 def encode(op: Op) -> bytes:
