@@ -293,7 +293,7 @@ class ShardedLive:
                                        self.mode):
             return None
         self._range_work(nq, radius, per_query, budget.max_results).check(
-            budget, *work.range_hint(nq, radius))
+            budget, lambda: work.range_hint(nq, radius))
         return share
 
     def _range_work(self, nq: int, radius: int, per_query: int,
@@ -318,7 +318,7 @@ class ShardedLive:
             max_probes = budget.probe_share(len(xq))
             t = self._totals
             work.knn_work_of(len(xq), k, self.bits, False, t["main_size"],
-                             t["delta_size"]).check(budget, *work.knn_hint(len(xq), k))
+                             t["delta_size"]).check(budget, lambda: work.knn_hint(len(xq), k))
         return self._knn(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:

@@ -174,7 +174,7 @@ class LiveView:
                                        getattr(main, "kind", "")):
             return None
         work.range_work(self.state, engine, nq, radius, budget.max_results).check(
-            budget, *work.range_hint(nq, radius))
+            budget, lambda: work.range_hint(nq, radius))
         return share
 
     def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
@@ -189,7 +189,7 @@ class LiveView:
         if budget is not None:
             max_probes = budget.probe_share(len(xq))
             work.knn_work(self.state, len(xq), k, max_distance).check(
-                budget, *work.knn_hint(len(xq), k))
+                budget, lambda: work.knn_hint(len(xq), k))
         return self.state.search(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:
