@@ -221,7 +221,8 @@ def test_no_app_file_reads_a_private_name_of_index():
 # ------------------------------------------------------------- the index handle (issue 29)
 #: what an index holds inside: read through the handle's methods only
 #: (bucketsearch.index.handle), never by the service
-INDEX_INSIDES = {"main", "delta", "delta_ids", "delta_words", "tombstones", "main_ids_sorted"}
+INDEX_INSIDES = {"main", "delta", "delta_ids", "delta_words", "tombstones", "main_ids",
+                 "main_ids_sorted"}
 #: names whose ``getattr``/``hasattr`` probes an index's engine kind or insides
 ENGINE_PROBES = INDEX_INSIDES | {"state", "sharded", "single", "mih", "table", "kind"}
 #: app-owned objects whose ``.state`` is theirs, not an index's: FastAPI's ``app.state`` and
