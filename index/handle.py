@@ -56,11 +56,11 @@ from bucketsearch.index.errors import (AppendFailed, CorruptIndexError, CorruptL
                                        DuplicateIdError, FollowerStopped, IndexUnavailable,
                                        LogFailed, NotServed)
 
-__all__ = ["AppendFailed", "Budget", "BudgetExceeded", "CorruptIndexError", "CorruptLogError",
-           "DuplicateIdError", "FollowerStopped", "IndexHandle", "IndexUnavailable", "IndexView",
-           "LogFailed", "NotServed",
-           "ProbeLimitError", "RadiusProfile", "RequestProbeLimit", "ResultLimitError",
-           "Sizes", "Work"]
+__all__ = ["DEFAULT_PROFILE_PROBES", "DEFAULT_PROFILE_RADIUS", "AppendFailed", "Budget",
+           "BudgetExceeded", "CorruptIndexError", "CorruptLogError", "DuplicateIdError",
+           "FollowerStopped", "IndexHandle", "IndexUnavailable", "IndexView", "LogFailed",
+           "NotServed", "ProbeLimitError", "RadiusProfile", "RequestProbeLimit",
+           "ResultLimitError", "Sizes", "Work", "check_k", "check_radius"]
 
 
 # ------------------------------------------------------------------------------------ values
