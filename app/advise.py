@@ -147,14 +147,14 @@ def advise_entry(entry, settings, body) -> dict:
     from bucketsearch.index.evaluation.advisor import advise
     from bucketsearch.index.metrics import Conventions
 
-    state = entry.live.state
+    view = entry.live.view()
     sample = body.sample if body.sample is not None \
         else min(DEFAULT_SAMPLE, settings.advise_max_queries)
     n_q = len(body.codes) if body.codes is not None else len(body.query_ids) \
-        if body.query_ids is not None else sample_size(sample, state.ntotal, body.holdout)
+        if body.query_ids is not None else sample_size(sample, view.ntotal, body.holdout)
     radius_max = _limits(entry, body, settings, n_q)
-    check_pairs(n_q, state.ntotal, settings)  # before gathering the items
-    ids, words = live_items(state)
+    check_pairs(n_q, view.ntotal, settings)  # before gathering the items
+    ids, words = live_items(view)
     xq, qids, rows = _queries(entry, body, ids, words, sample)
     if body.holdout and len(rows):
         keep = np.ones(len(ids), bool)
@@ -167,7 +167,7 @@ def advise_entry(entry, settings, body) -> dict:
                          "held-out queries); send holdout=false or add items")
     relevance = _relevance(body, len(xq), qids, db_ids)
     t0 = entry.cost.t0()[0]
-    result = advise(state, np.ascontiguousarray(xq), db_words, relevance,
+    result = advise(view, np.ascontiguousarray(xq), db_words, relevance,
                     radius_max=radius_max, mode=entry.mode,
                     conventions=Conventions(**body.conventions.model_dump()), t0_ns=t0,
                     objective=body.objective, min_gain=body.min_gain,

@@ -41,7 +41,7 @@ import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bucketsearch.index.codes import to_hex
-from bucketsearch.index.storage.exact import exact_answer, live_arrays
+from bucketsearch.index.storage.exact import exact_answer
 
 log = logging.getLogger("bucketsearch.audit")
 #: an idle server's checker waits this many times longer than a busy one's (see _throttle)
@@ -54,10 +54,11 @@ _NEVER = float("inf")
 
 @dataclass
 class Sample:
-    """One sampled request: the state it read and the chosen queries with their answers."""
+    """One sampled request: the view it read (one state) and the chosen queries with their
+    answers."""
 
     index: str
-    state: object
+    view: object  # bucketsearch.index.handle.IndexView
     k: int | None
     max_distance: int | None
     queries: np.ndarray  # (m, words) of the chosen queries
@@ -101,7 +102,7 @@ class ExactnessAudit:
         """Whether the search just answered is sampled (the hot path inlines this test)."""
         return next(self.counter) >= self.next_pick
 
-    def submit(self, name: str, state, k: int | None, max_distance: int | None,
+    def submit(self, name: str, view, k: int | None, max_distance: int | None,
                xq: np.ndarray, lims: np.ndarray, D: np.ndarray, I: np.ndarray) -> None:
         """Called when :meth:`due` said so: moves the pick to the next block, copies up to
         ``queries`` random queries of the request with their answers (CSR ``lims, D, I``)
@@ -119,7 +120,7 @@ class ExactnessAudit:
             chosen = sorted(self._rng.sample(range(nq), min(self.queries, nq)))
         served = [(np.array(I[lims[q]:lims[q + 1]], dtype=np.int64),
                    np.array(D[lims[q]:lims[q + 1]], dtype=np.int32)) for q in chosen]
-        sample = Sample(name, state, k, max_distance, np.array(xq[chosen]), chosen, served,
+        sample = Sample(name, view, k, max_distance, np.array(xq[chosen]), chosen, served,
                         time.time())
         try:
             self.queue.put_nowait(sample)
@@ -180,7 +181,7 @@ class ExactnessAudit:
     def check(self, sample: Sample) -> int:
         """Compare every query of ``sample`` with the exact answer of its state; returns the
         number of queries that differ (each recorded and logged)."""
-        ids, words = live_arrays(sample.state)
+        ids, words = sample.view.items()
         bad = 0
         for row, pos, (got_ids, got_d) in zip(sample.queries, sample.positions, sample.served):
             want_ids, want_d = exact_answer(ids, words, row, max_distance=sample.max_distance,
@@ -197,16 +198,16 @@ class ExactnessAudit:
         return bad
 
     def _record(self, sample, row, pos, got_ids, got_d, want_ids, want_d) -> None:
-        bits = sample.state.bits
+        bits = sample.view.bits
+        sizes = sample.view.sizes()
         missing = np.setdiff1d(want_ids, got_ids)
         extra = np.setdiff1d(got_ids, want_ids)
         report = {
             "at": sample.at, "index": sample.index,
             "kind": "range" if sample.k is None else "knn", "k": sample.k,
             "max_distance": sample.max_distance, "position": pos,
-            "query": _hex(row, bits), "state_version": int(sample.state.version),
-            "delta_items": int(len(sample.state.delta_ids)),
-            "tombstones": int(len(sample.state.tombstones)),
+            "query": _hex(row, bits), "state_version": int(sample.view.version),
+            "delta_items": sizes.delta_size, "tombstones": sizes.tombstoned,
             "served": {"n": int(len(got_ids)), "ids": got_ids[:REPORT_IDS].tolist(),
                        "distances": got_d[:REPORT_IDS].tolist()},
             "expected": {"n": int(len(want_ids)), "ids": want_ids[:REPORT_IDS].tolist(),

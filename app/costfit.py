@@ -415,28 +415,6 @@ def agreement(estimates: list[dict]) -> dict:
                                     e["formula"]) for e in estimates])
 
 
-def sample_queries(live, n: int, seed: int) -> np.ndarray:
-    """``n`` query words: half codes present in the index, half uniform random codes."""
-    from bucketsearch.index.codes import pack_bits
-
-    rng = np.random.default_rng(seed)
-    state = live.state
-    pool = [np.asarray(state.main.words)] if state.main.ntotal else []
-    if len(state.delta_words):
-        pool.append(state.delta_words)
-    n_random = n if not pool else n // 2
-    parts = [pack_bits(rng.integers(0, 2, size=(n_random, live.bits), dtype=np.uint8))]
-    if pool:
-        words = np.concatenate(pool) if len(pool) > 1 else pool[0]
-        parts.append(words[rng.integers(0, len(words), size=n - n_random)])
-    return np.ascontiguousarray(np.concatenate(parts))
-
-
-def calibration_probes(main, radius: int) -> int:
-    """Probes of one sampled query of a calibration: radius-r searches for r = 0..radius."""
-    return sum(main.probe_count(r) for r in range(radius + 1))
-
-
 #: rounds of a calibration: at least ``CALIBRATION_ROUNDS[0]``, then more until the interval
 #: over the rounds is tight, at most ``CALIBRATION_ROUNDS[1]``
 CALIBRATION_ROUNDS = (3, 8)
@@ -448,15 +426,6 @@ CALIBRATION_PASSES = 1 + CALIBRATION_ROUNDS[1]
 #: "tight": the interval's half-width at most this fraction of t0
 CALIBRATION_TIGHT = 0.10
 CALIBRATION_ESTIMATOR = f"{RADIUS_FIT}, mean over repeated rounds"
-
-
-def paper_engine(main):
-    """The single table the paper's model describes: the engine itself (mode single), the
-    planner's single table (mode auto), None for multi-index hashing or a scan."""
-    if getattr(main, "kind", "") == "single":
-        return main
-    single = getattr(main, "single", None)
-    return single if getattr(single, "kind", "") == "single" else None
 
 
 def round_interval(values, confidence: float = CONFIDENCE) -> tuple[float, tuple | None]:
@@ -473,10 +442,10 @@ def round_interval(values, confidence: float = CONFIDENCE) -> tuple[float, tuple
 def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int = 0,
               rounds: tuple[int, int] = CALIBRATION_ROUNDS,
               tight: float = CALIBRATION_TIGHT) -> float | None:
-    """The paper's t0 of the index's single table (:func:`paper_engine`), repeated until it
+    """The paper's t0 of the index's single table (``live.paper_engine()``), repeated until it
     can be trusted; returns it (now the t0 the server models with) or None (no single table).
 
-    ``n_queries`` sampled queries (:func:`sample_queries`) are searched at every radius
+    ``n_queries`` sampled queries (``live.query_sample``) are searched at every radius
     0..``radius`` (so the per-probe cost can be told from the fixed cost per query) with
     statistics, as served searches run: one query per call (at most
     :data:`CALIBRATION_MAX_CALLS` calls per radius, in batches beyond; a batch keeps the
@@ -488,8 +457,7 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
     with its interval. ``t0`` is the mean over the rounds (estimator
     :data:`CALIBRATION_ESTIMATOR`); :func:`bucketsearch.index.costmodel.fit_all` of every round's
     searches with the probe micro-benchmark is kept under ``fits``."""
-    main = live.state.main
-    engine = paper_engine(main)
+    engine = live.paper_engine()
     info = {"queries": n_queries, "max_distance": radius, "seed": seed, "at": time.time(),
             "estimator": CALIBRATION_ESTIMATOR}
     if engine is None:
@@ -499,7 +467,7 @@ def calibrate(live, tracker: CostTracker, n_queries: int, radius: int, seed: int
                            "on the searches it serves")
         tracker.set_calibration(None, info)
         return None
-    xq = sample_queries(live, n_queries, seed)
+    xq = live.query_sample(n_queries, seed)
 
     calls = np.array_split(xq, min(len(xq), CALIBRATION_MAX_CALLS))
 

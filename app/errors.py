@@ -20,11 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bucketsearch.app.guard import flat_routes
 from bucketsearch.app.jobs import JobConflict, JobNotFound
-from bucketsearch.app.registry import (IndexExists, IndexLimit, IndexNotFound, IndexUnavailable,
-                                       NotOnShards, SnapshotNotFound)
-from bucketsearch.index.storage.live import DuplicateIdError
-from bucketsearch.index.probe import ProbeLimitError
-from bucketsearch.index.storage.wal import AppendFailed, LogFailed
+from bucketsearch.app.registry import IndexExists, IndexLimit, IndexNotFound, SnapshotNotFound
+from bucketsearch.index.handle import (AppendFailed, DuplicateIdError, IndexUnavailable,
+                                       LogFailed, NotServed, ProbeLimitError)
 
 
 def _json(status: int, detail, headers: dict | None = None, **extra) -> JSONResponse:
@@ -129,7 +127,7 @@ def install(app: FastAPI) -> None:
         return _json(409, str(exc))
 
     @app.exception_handler(IndexLimit)
-    @app.exception_handler(NotOnShards)
+    @app.exception_handler(NotServed)
     @app.exception_handler(JobConflict)
     async def too_many(request: Request, exc: LookupError):
         return _json(409, str(exc))

@@ -9,12 +9,11 @@ from bucketsearch.app.budget import check_evaluation
 from bucketsearch.app.parsing import parse_hex
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.probe import ResultLimitError
-from bucketsearch.index.storage.exact import live_arrays
 
 
-def live_items(state) -> tuple[np.ndarray, np.ndarray]:
-    """Every live (id, words) of a state, ordered by id."""
-    ids, words = live_arrays(state)
+def live_items(view) -> tuple[np.ndarray, np.ndarray]:
+    """Every live (id, words) of an index view, ordered by id."""
+    ids, words = view.items()
     order = np.argsort(ids, kind="stable")
     return ids[order], words[order]
 
@@ -47,11 +46,11 @@ def max_guarded_radius(main, cap: int) -> int:
     return r
 
 
-def evaluation_database(entry, state, db_ids_in: list[int] | None
+def evaluation_database(entry, view, db_ids_in: list[int] | None
                         ) -> tuple[np.ndarray, np.ndarray]:
     """``(db_ids, db_words)``: the live items named by ``db_ids_in`` (all of them when None),
     every id checked to be in the index and unique; never empty."""
-    all_ids, all_words = live_items(state)
+    all_ids, all_words = live_items(view)
     if db_ids_in is not None:
         db_ids = np.asarray(db_ids_in, dtype=np.int64)
         pos = np.searchsorted(all_ids, db_ids)
@@ -166,19 +165,19 @@ def evaluate_entry(entry, settings, body) -> dict:
     nq = len(body.codes)
     if body.radius_max is not None and body.radius_max > entry.bits:
         raise ValueError(f"radius_max must be in [0, bits={entry.bits}], got {body.radius_max}")
-    state = entry.live.state
+    view = entry.live.view()
     # the limit before the work: the database's size is known without gathering its items
-    n_db = len(body.db_ids) if body.db_ids is not None else state.ntotal
+    n_db = len(body.db_ids) if body.db_ids is not None else view.ntotal
     check_pairs(nq, n_db, settings)
-    check_evaluation(nq, state.ntotal, entry.bits, n_words(entry.bits), levels_of(body),
+    check_evaluation(nq, view.ntotal, entry.bits, n_words(entry.bits), levels_of(body),
                      settings)
     xq = parse_hex(body.codes, entry.bits)
-    db_ids, db_words = evaluation_database(entry, state, body.db_ids)
+    db_ids, db_words = evaluation_database(entry, view, body.db_ids)
     check_pairs(nq, len(db_ids), settings)  # the same count (a state swap could change it)
     relevance = relevance_of(body, nq, db_ids)
     # RAMAP's measured cost is that of bucket probing radius by radius: the planner's
     # single table is timed (its plan could be a scan, which has no per-radius time)
-    main = getattr(state.main, "single", state.main)
+    main = view.probe_engine()
     radius_max = body.radius_max
     if radius_max is None:
         radius_max = max_guarded_radius(main, min(entry.bits, 10))

@@ -255,7 +255,7 @@ class Guard:
 
     def __init__(self, app, app_state, make_policy):
         self.app = app
-        self.state = app_state
+        self.app_state = app_state
         self.policy: AccessPolicy = make_policy()
         self.in_flight = 0
         self.watchdog = BodyWatchdog()
@@ -263,7 +263,7 @@ class Guard:
         self._keys: Keys | None = None
 
     def _count(self, reason: str) -> None:
-        metrics = getattr(self.state, "metrics", None)
+        metrics = getattr(self.app_state, "metrics", None)
         if metrics is not None:
             metrics.rejections.labels(reason).inc()
 
@@ -277,14 +277,14 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             if scope["type"] == "websocket":  # none today; a new one must not slip through
-                keys = self._keys_of(self.state.settings)
+                keys = self._keys_of(self.app_state.settings)
                 auth = dict(scope["headers"]).get(b"authorization")
                 if authorize(self.policy.permission("GET", get_route_path(scope)), keys,
                              auth) is not None:
                     self._count("auth")
                     return await send({"type": "websocket.close", "code": 1008})
             return await self.app(scope, receive, send)
-        settings = self.state.settings
+        settings = self.app_state.settings
         keys = self._keys_of(settings)
         authorization = length = None
         chunked = False

@@ -3,7 +3,7 @@ own so the modules the registry opens (the sharded index, its shard actors) rais
 importing the registry: no import circle."""
 from __future__ import annotations
 
-from bucketsearch.index.errors import IndexUnavailable  # noqa: F401 -- raised by the index
+from bucketsearch.index.errors import IndexUnavailable, NotServed  # noqa: F401 -- raised by the index
 
 
 class IndexNotFound(LookupError):
@@ -27,15 +27,15 @@ class IndexLimit(LookupError):
     """The server holds ``max_indexes`` indexes already (HTTP 409)."""
 
 
-class NotOnShards(LookupError):
+class NotOnShards(NotServed):
     """A route that reads an index's arrays in this process, asked of a sharded index (409)."""
 
 
 def require_in_process(entry, what: str) -> None:
-    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors
-    (index/cluster/shards.py)."""
-    if getattr(entry.live, "sharded", False):
+    """Raise :class:`NotOnShards` when ``entry`` is split over shard actors (the handle's
+    ``shards``)."""
+    if entry.live.shards:
         raise NotOnShards(f"{what}: not available for index {entry.name!r}, which is split over "
-                          f"{entry.live.n} shards ({what} reads the index's arrays in one "
+                          f"{entry.live.shards} shards ({what} reads the index's arrays in one "
                           "process; docs/scale-out.md lists what a sharded index serves)")
 

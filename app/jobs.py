@@ -212,12 +212,12 @@ class JobManager:
             self.root.mkdir(parents=True, exist_ok=True)
             fsio.mkdir(self.folder(job))
             job.source = entry.live
-            if getattr(entry.live, "sharded", False):
+            if entry.live.shards:
                 from bucketsearch.index.cluster import shardjobs
                 job.shards = shardjobs.snapshot(entry.live, self.folder(job))
                 job.items = sum(job.shards["sizes"])
             else:
-                ids, words = entry.live.state.items()  # one consistent state
+                ids, words = entry.live.items()  # one consistent state
                 order = np.argsort(ids, kind="stable")
                 job.items = len(ids)
                 store.save_arrays(self.folder(job) / "items", "job-items",

@@ -143,9 +143,10 @@ class SearchCollector:
                                   "read_only, corrupt, unavailable)", labels=["index", "state"])
         if registry is not None:
             for entry in list(registry.entries.values()):
-                live, st = entry.live, entry.live.state
+                live = entry.live
+                sizes = live.sizes()
                 for family, value in families:
-                    family.add_metric([entry.name], value(live, st))
+                    family.add_metric([entry.name], value(live, sizes))
             for name, info in registry.states().items():
                 state.add_metric([name, info["state"]], 1)
         yield from (family for family, _ in families)
@@ -203,24 +204,24 @@ def radius_cost_families(figures: dict, registry):
     yield from (queries, empty_ball, times, modeled, ratio, empty)
 
 
-#: Per-index series: (family, name, help, value of (LiveIndex, LiveState)).
+#: Per-index series: (family, name, help, value of (the index handle, its Sizes)).
 INDEX_SERIES = (
-    (GaugeMetricFamily, "bucketsearch_index_items", "live items", lambda live, st: st.ntotal),
+    (GaugeMetricFamily, "bucketsearch_index_items", "live items", lambda live, sizes: sizes.size),
     (GaugeMetricFamily, "bucketsearch_index_delta_items",
      "items inserted since the last merge (scanned linearly)",
-     lambda live, st: len(st.delta_ids)),
+     lambda live, sizes: sizes.delta_size),
     (GaugeMetricFamily, "bucketsearch_index_tombstones",
-     "main-table items deleted since the last merge", lambda live, st: len(st.tombstones)),
+     "main-table items deleted since the last merge", lambda live, sizes: sizes.tombstoned),
     (GaugeMetricFamily, "bucketsearch_index_merging", "1 while a merge runs",
-     lambda live, st: int(live.merging)),
+     lambda live, sizes: int(live.merging)),
     (CounterMetricFamily, "bucketsearch_index_merges",
      "merges of the index (kept in its snapshots: read back on restart)",
-     lambda live, st: live.merges),
+     lambda live, sizes: live.merges),
     (GaugeMetricFamily, "bucketsearch_index_last_merge_timestamp_seconds",
-     "end of the last merge (Unix time; 0: none yet)", lambda live, st: live.last_merge or 0.0),
+     "end of the last merge (Unix time; 0: none yet)", lambda live, sizes: live.last_merge or 0.0),
     (GaugeMetricFamily, "bucketsearch_index_last_merge_failed",
      "1 when the last background merge failed",
-     lambda live, st: int(live.last_merge_error is not None)),
+     lambda live, sizes: int(live.last_merge_error is not None)),
 )
 
 

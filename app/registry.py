@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from bucketsearch import __version__
 from bucketsearch.app.audit import ExactnessAudit
@@ -31,9 +29,9 @@ from bucketsearch.app.redact import redact
 from bucketsearch.index.factory import check_served_mode
 from bucketsearch.index.disk import fsio
 from bucketsearch.index.storage import backup, catalog, exports, layout
-from bucketsearch.index.storage.live import CorruptIndexError, FollowerStopped, LiveIndex
-from bucketsearch.index.storage.state import bucket_sizes
-from bucketsearch.index.storage.wal import CorruptLogError
+from bucketsearch.index.handle import (CorruptIndexError, CorruptLogError, FollowerStopped,
+                                       IndexHandle)
+from bucketsearch.index.storage.live import LiveIndex
 
 log = logging.getLogger("bucketsearch.app")
 RETRY_UNAVAILABLE_S = 10.0  # a read-only server tries an index it could not open again after
@@ -73,7 +71,7 @@ def write_cost_history(folder: Path, history: dict) -> None:
 class Entry:
     name: str
     bits: int
-    live: LiveIndex
+    live: IndexHandle  # a LiveIndex, or a sharded index
     cost: CostTracker
     folder: Path
     follow_error: str | None = None  # read-only server: why the last catch-up failed
@@ -89,18 +87,19 @@ class Entry:
         return self.live.substrings
 
     @property
-    def state(self) -> str:
+    def status(self) -> str:
+        """``read_only`` after a storage fault the index could not undo, else ``ready``."""
         return "read_only" if self.live.failed else "ready"
 
 
 @dataclass
 class Unavailable:
-    """An index folder that could not be opened: ``state`` is ``corrupt`` or ``unavailable``."""
+    """An index folder that could not be opened: ``status`` is ``corrupt`` or ``unavailable``."""
 
     name: str
     folder: Path
     meta: dict | None
-    state: str
+    status: str
     reason: str
     retry_at: float = 0.0  # read-only server: when following may try to open it again
 
@@ -127,7 +126,7 @@ class Registry:
     def _open(self, folder: Path, meta: dict) -> Entry:
         """The entry of an index folder; in-process indexes are audited (app/audit.py)."""
         entry = self._open_live(folder, meta)
-        if not getattr(entry.live, "sharded", False):
+        if not entry.live.shards:
             entry.audit = self.audit
         return entry
 
@@ -179,7 +178,7 @@ class Registry:
         """Write every in-process index's cost history (``changed_only``: of those searched
         since their last save)."""
         for entry in list(self.entries.values()):
-            if getattr(entry.live, "sharded", False):
+            if entry.live.shards:
                 continue
             history = entry.cost.history()
             counts = (history["queries"], history["knn_queries"], history["samples"])
@@ -336,7 +335,7 @@ class Registry:
 
     def backup(self, entry: Entry) -> bytes:
         """The backup file of ``entry``'s live items at one consistent state."""
-        ids, words = entry.live.state.items()
+        ids, words = entry.live.items()
         return backup.dump({**self._backup_meta(entry), "created_at": time.time()}, ids, words)
 
     def _backup_meta(self, entry: Entry) -> dict:
@@ -350,7 +349,7 @@ class Registry:
         if self.settings.read_only:
             raise PermissionError("the server is read-only: snapshots are written by the "
                                   "writer (GET /v1/indexes/{name}/backup works here)")
-        ids, words = entry.live.state.items()
+        ids, words = entry.live.items()
         return exports.create(entry.folder, self._backup_meta(entry), ids, words)
 
     def snapshot_path(self, entry: Entry, snapshot: str) -> Path:
@@ -389,7 +388,7 @@ class Registry:
         if entry is None:
             bad = self.unavailable.get(name)
             if bad is not None:
-                raise IndexUnavailable(f"index {name!r} is {bad.state}: {bad.reason}")
+                raise IndexUnavailable(f"index {name!r} is {bad.status}: {bad.reason}")
             raise IndexNotFound(name)
         return entry
 
@@ -417,8 +416,8 @@ class Registry:
         """Open ``entry``'s folder again after a delete that failed before its rename."""
         meta = {"name": entry.name, "bits": entry.bits, "mode": entry.mode,
                 "substrings": entry.substrings}
-        if getattr(entry.live, "sharded", False):
-            meta.update(shards=entry.live.n, partitioning=entry.live.partitioning)
+        if entry.live.shards:
+            meta.update(shards=entry.live.shards, partitioning=entry.live.partitioning)
         try:
             self.entries[entry.name] = self._open(entry.folder, meta)
         except Exception as exc:  # noqa: BLE001 -- it stays listed, with the reason
@@ -443,10 +442,10 @@ class Registry:
     def states(self) -> dict[str, dict]:
         """Every index's ``{"state", "reason", "merge"}`` (merge: none, pending or running;
         absent for an index that is unavailable)."""
-        out = {name: {"state": e.state, "reason": self.redact(e.live.failed),
+        out = {name: {"state": e.status, "reason": self.redact(e.live.failed),
                       "merge": e.live.merge_status}
                for name, e in list(self.entries.items())}
-        out.update({u.name: {"state": u.state, "reason": u.reason}
+        out.update({u.name: {"state": u.status, "reason": u.reason}
                     for u in list(self.unavailable.values())})
         return out
 
@@ -458,34 +457,14 @@ class Registry:
     def info_unavailable(bad: Unavailable) -> dict:
         meta = bad.meta or {}
         return {"name": bad.name, "bits": meta.get("bits"), "mode": meta.get("mode"),
-                "substrings": meta.get("substrings"), "state": bad.state, "reason": bad.reason}
+                "substrings": meta.get("substrings"), "state": bad.status, "reason": bad.reason}
 
     def info(self, entry: Entry) -> dict:
+        """The IndexInfo of ``entry``: its handle's info with the name, bits, state and
+        reasons (paths redacted)."""
         live = entry.live
-        if getattr(live, "sharded", False):
-            return {"name": entry.name, "bits": entry.bits, "state": entry.state,
-                    "reason": self.redact(live.failed), **live.info(),
-                    "follow_error": entry.follow_error}
-        st = live.state
-        sizes = bucket_sizes(st.main)
-        values, counts = np.unique(sizes, return_counts=True)
-        distinct = int(len(sizes))
-        return {
-            "name": entry.name, "bits": entry.bits, "mode": entry.mode,
-            "substrings": getattr(st.main, "substrings", entry.substrings)
-            if entry.mode != "single" else None,
-            "state": entry.state, "reason": self.redact(live.failed),
-            "size": st.ntotal, "main_size": int(st.main.ntotal),
-            "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
-            "distinct_codes": distinct, "code_space_fraction": math.ldexp(distinct, -entry.bits),
-            "bucket_size_histogram": [{"size": int(v), "buckets": int(c)}
-                                      for v, c in zip(values, counts)],
-            "memory_bytes": int(st.main.memory_bytes() + st.main_ids.nbytes
-                                + st.delta_words.nbytes + st.delta_ids.nbytes
-                                + st.tombstones.nbytes),
-            "merges": live.merges, "merging": live.merging, "merge": live.merge_status,
-            "last_merge": live.last_merge,
-            "last_merge_error": self.redact(live.last_merge_error),
-            "applied_lsn": live.applied.lsn, "lag_ms": round(live.lag_ms, 1),
-            "follow_error": entry.follow_error,
-        }
+        info = live.info()
+        return {"name": entry.name, "bits": entry.bits, **info, "state": entry.status,
+                "reason": self.redact(live.failed),
+                "last_merge_error": self.redact(info.get("last_merge_error")),
+                "follow_error": entry.follow_error}

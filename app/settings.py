@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     max_request_memory: int = Field(
         1 << 30, ge=1 << 20, description="bytes of answer and statistics one request may hold, "
                                          "estimated from what it asks before any work "
-                                         "(app/budget.py)")
+                                         "(index/budget.py)")
     max_evaluate_pairs: int = Field(
         2_000_000_000, ge=1, description="queries x database items of one evaluate request")
     advise_max_queries: int = Field(

@@ -100,8 +100,7 @@ def _evaluate_every_way(live, xq: np.ndarray) -> None:
     from bucketsearch.index.metrics import relevance as rel
     from bucketsearch.index.metrics import evaluate
 
-    state = live.state
-    xb = np.concatenate([np.asarray(state.main.words), state.delta_words])
+    xb = live.items()[1]
     nq, nb = len(xq), len(xb)
     q_class, b_class = np.arange(nq) % 3, np.arange(nb) % 3
     relevances = [rel.from_labels(q_class * scale, b_class * scale)
@@ -207,20 +206,16 @@ def warm_index(entry, settings) -> None:
 
     t = time.perf_counter()
     live = entry.live
-    if getattr(live, "sharded", False):  # its shards load their kernels; t0 not calibrated
-        live.warm()
+    live.warm()
+    if live.shards:  # its shards loaded their kernels; t0 not calibrated
         log.info("warm-up: sharded index %s (%d items, %d shards) in %.2f s", entry.name,
-                 live.ntotal, live.n, time.perf_counter() - t)
+                 live.ntotal, live.shards, time.perf_counter() - t)
         return
-    main = live.state.main
-    if main.ntotal:
-        q = np.array(main.words[:1])  # a copy: queries are never read-only arrays
-        live.range_search(q, 0, stats=True)
-        live.search(q, 1, stats=True)
     radius = min(settings.calibration_radius, entry.bits)
+    single = live.paper_engine()
     if not settings.calibration_queries:
         note = "not calibrated (BUCKETSEARCH_CALIBRATION_QUERIES=0)"
-    elif main.probe_count(radius) > main.max_probes:
+    elif single is not None and single.probe_count(radius) > single.max_probes:
         note = f"not calibrated (radius {radius} is over the probe guard)"
     else:
         calibrate(live, entry.cost, settings.calibration_queries, radius)

@@ -95,8 +95,12 @@ def test_a_request_over_the_budget_is_refused_before_memory_grows(budget_server,
 
 
 # ------------------------------------------------------------------------- the estimates
+def _live(client, name="ix"):
+    return client.app.state.registry.entries[name].live
+
+
 def _state(client, name="ix"):
-    return client.app.state.registry.entries[name].live.state
+    return _live(client, name).state
 
 
 def test_the_calibration_budget_counts_the_scan_plan(tmp_path):
@@ -111,12 +115,12 @@ def test_the_calibration_budget_counts_the_scan_plan(tmp_path):
         assert budget.plan_mode(state.main, 64, 100000) == "scan"
         assert state.main.probe_count(64, 100000) == 0  # what the old guard multiplied by
         with pytest.raises(budget.BudgetExceeded) as err:
-            budget.check_calibration(state, 100000, 64, settings)
+            budget.check_calibration(_live(c), 100000, 64, settings)
         # the calibration times the single table (issue 26), 9 passes at most: its probes
         assert err.value.setting in ("max_request_memory", "max_request_compares",
                                      "max_request_probes")
         assert err.value.asked > err.value.limit
-        budget.check_calibration(state, 256, 2, settings)  # the default passes
+        budget.check_calibration(_live(c), 256, 2, settings)  # the default passes
         res = c.post("/v1/indexes/ix/cost-model/calibrate", json={"queries": 100000,
                                                                    "max_distance": 64})
         assert res.status_code == 400 and "max_request_" in res.json()["detail"]
@@ -172,17 +176,17 @@ def test_a_small_search_with_a_huge_answer_does_not_run_on_the_event_loop(tmp_pa
                                             0.0))
 
 
-def test_a_main_without_arrays_is_bounded_by_its_size():
-    """A sharded index's state has counts only (index/cluster ShardMain): the largest bucket
-    is then bounded by the item count, never an AttributeError (a 500)."""
-    from types import SimpleNamespace
-    main = SimpleNamespace(ntotal=1000, max_probes=10**7, probe_count=lambda r, nq=1: 65)
-    state = SimpleNamespace(main=main, bits=64, delta_ids=[0] * 10)
-    assert budget.largest_bucket(main) == 1000
-    assert budget.answer_bound(state, 3, 1) == 3 * (1000 + 10)
-    work = budget.range_work(state, main, 3, 1, max_results=100)
-    assert work.probes == 3 * 65 and work.compares == 3 * 10
+def test_work_of_is_the_documented_bound():
+    """The figures the sharded index has (counts of its shards, the fan-out's probes), turned
+    into work by the same formula as a live state's: a worked example."""
+    from bucketsearch.index.budget import work_of
+    work = work_of(3, 1, 64, per_query_probes=65, scan=False, main_size=1000, delta_size=10,
+                   answer=3 * (1000 + 10), max_results=100)
+    assert work.probes == 3 * 65 and work.compares == 3 * 10 and work.answer == 100
     assert work.memory == 100 * budget.RESULT_BYTES + budget.stats_bytes(3, 2)
+    scan = work_of(3, 1, 64, 0, True, 1000, 10, 3030, None)
+    assert scan.compares == 3 * (1000 + 10) and scan.answer == 3030
+    assert scan.memory == 3030 * budget.RESULT_BYTES + budget.stats_bytes(3, 65)
 
 
 @pytest.fixture(scope="module")

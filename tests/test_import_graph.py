@@ -216,3 +216,64 @@ def test_no_app_file_reads_a_private_name_of_index():
     found = {str(p.relative_to(ROOT)): reads for p in sorted((ROOT / "app").rglob("*.py"))
              if (reads := private_reads(p.read_text(), private))}
     assert found == KNOWN_PRIVATE_READS
+
+
+# ------------------------------------------------------------- the index handle (issue 29)
+#: what an index holds inside: read through the handle's methods only
+#: (bucketsearch.index.handle), never by the service
+INDEX_INSIDES = {"main", "delta", "delta_ids", "delta_words", "tombstones", "main_ids",
+                 "main_ids_sorted"}
+#: names whose ``getattr``/``hasattr`` probes an index's engine kind or insides
+ENGINE_PROBES = INDEX_INSIDES | {"state", "sharded", "single", "mih", "table", "kind"}
+#: app-owned objects whose ``.state`` is theirs, not an index's: FastAPI's ``app.state`` and
+#: ``request.state`` (also as ``<x>.app.state`` and ``scope["app"].state``), and a job's
+#: lifecycle (app/jobs.py ``Job.state``: running, completed, ...)
+APP_STATE_OWNERS = {"app", "request", "job", "j"}
+
+
+def _owns_state(receiver: ast.expr) -> bool:
+    """Whether ``receiver.state`` is an app-owned object's state (see APP_STATE_OWNERS)."""
+    if isinstance(receiver, ast.Name):
+        return receiver.id in APP_STATE_OWNERS
+    if isinstance(receiver, ast.Attribute):
+        return receiver.attr == "app"
+    if isinstance(receiver, ast.Subscript):  # scope["app"]
+        return isinstance(receiver.slice, ast.Constant) and receiver.slice.value == "app"
+    return False
+
+
+def index_insides_read(source: str) -> list[str]:
+    """What ``source`` (an app/ file) reads of an index's insides: ``x.main``, ``x.delta*``,
+    ``x.tombstones`` of anything, ``x.state`` of anything not app-owned, and
+    ``getattr``/``hasattr`` probes of those or of engine kinds (``sharded``, ``single``,
+    ``table``, ``kind``...)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and (
+                node.attr in INDEX_INSIDES
+                or node.attr == "state" and not _owns_state(node.value)):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value in ENGINE_PROBES:
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_index_insides_read_sees_what_it_should():
+    src = ("live.state.main\nentry.live.state\nst.delta_ids\nlen(state.tombstones)\n"
+           "getattr(entry.live, 'sharded', False)\ngetattr(main, 'kind', '')\n"
+           "request.app.state.settings\napp.state.ready\nscope['app'].state\njob.state\n"
+           "entry.live.view().sizes().tombstoned\ngetattr(state, 'ready', False)\n")
+    assert sorted(index_insides_read(src)) == sorted([
+        "live.state.main", "live.state", "entry.live.state", "st.delta_ids", "state.tombstones",
+        "getattr(entry.live, 'sharded', False)", "getattr(main, 'kind', '')"])
+
+
+def test_no_app_file_reads_an_index_s_insides():
+    """Issue 29 acceptance: the service asks an index through the handle protocol
+    (bucketsearch.index.handle) only: no app/ file reads ``.state``, ``.main``, ``.delta*`` or
+    ``.tombstones`` of an index, nor probes its engine kind with getattr."""
+    found = {str(p.relative_to(ROOT)): reads for p in sorted((ROOT / "app").rglob("*.py"))
+             if (reads := index_insides_read(p.read_text()))}
+    assert found == {}

@@ -56,7 +56,7 @@ def fill(target, rng, n=260):
 
 
 def expected(live, radius):
-    ids, words = live.state.items()
+    ids, words = live.items()
     order = np.argsort(ids)
     ids, words = ids[order], words[order]
     pairs = naive.join_pairs(ids, words, BITS, radius)
@@ -126,7 +126,7 @@ def sharded(request, ray_local, tmp_path_factory):
 @pytest.mark.parametrize("radius", [0, 3, 6])
 def test_sharded_jobs_equal_brute_force_and_an_unsharded_index(sharded, tmp_path, radius):
     partitioning, root, live = sharded
-    assert live.state.delta_ids.n and live.state.tombstones.n  # a pending delta, deletes
+    assert live.sizes().delta_size and live.sizes().tombstoned  # a pending delta, deletes
     ref = LiveIndex(tmp_path / "ref", BITS, "single", max_probes=10**7, merge_threshold=10**6)
     fill(ref, np.random.default_rng(5))  # the same writes, one process
     manager = JobManager(app_settings(tmp_path / "data"))

@@ -11,7 +11,6 @@ import pytest
 from helpers import add_codes, app_client, create_index
 from naive import hamming_matrix, per_radius_counts
 
-from bucketsearch.app.costfit import sample_queries
 from bucketsearch.app.routers.ui import CSP
 from bucketsearch.app.ui.assets import AssetError, global_rules, map_stylesheet, plotly_assets
 from bucketsearch.index.codes import pack_bits
@@ -118,7 +117,7 @@ def test_radius_profile_matches_the_numpy_twin(tmp_path, mode):
                   params={"max_distance": radius, "queries": nq, "seed": seed})
         assert r.status_code == 200, r.text
         prof = r.json()
-        xq = sample_queries(c.app.state.registry.get("p").live, nq, seed)
+        xq = c.app.state.registry.get("p").live.query_sample(nq, seed)
     assert prof["max_distance"] == radius and len(prof["radii"]) == radius + 1
     assert prof["main_size"] == 400 and prof["live_size"] == 400 - len(deleted) + 30
     live_words = np.concatenate([np.delete(main_words, deleted, axis=0), delta_words])

@@ -73,6 +73,6 @@ def post_calibrate(entry: EntryDep, body: CalibrateIn, settings: SettingsDep) ->
     require_in_process(entry, "calibrate")
     radius = min(2, entry.bits) if body.max_distance is None else body.max_distance
     entry.live.check_radius(radius)
-    check_calibration(entry.live.state, body.queries, radius, settings)
+    check_calibration(entry.live, body.queries, radius, settings)
     calibrate(entry.live, entry.cost, body.queries, radius, body.seed)
     return cost_model_out(entry)

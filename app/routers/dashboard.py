@@ -7,7 +7,7 @@
   model's prediction there, the served searches' empty buckets, and for mode "auto" the
   planner's choice per radius.
 
-The profile runs ``queries`` sampled queries (``bucketsearch.app.costfit.sample_queries``: half
+The profile runs ``queries`` sampled queries (``IndexHandle.query_sample``: half
 codes of the
 index, half uniform random codes, seeded) as one radius search of the main snapshot table, with
 the per-radius counters; it is not recorded in the cost model (the measured cost stays that of
@@ -26,21 +26,18 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from bucketsearch.app import guard
-from bucketsearch.app.budget import range_work
-from bucketsearch.app.costfit import json_safe, sample_queries
+from bucketsearch.app.costfit import json_safe
 from bucketsearch.app.deps import EntryDep, ReadAuth, SettingsDep
 from bucketsearch.app.registry import require_in_process
-from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.codes import MAX_BITS
 from bucketsearch.index.costmodel import per_radius_means
+from bucketsearch.index.handle import DEFAULT_PROFILE_PROBES as DEFAULT_PROBE_BUDGET
+from bucketsearch.index.handle import DEFAULT_PROFILE_RADIUS as DEFAULT_MAX_RADIUS
+from bucketsearch.index.handle import Budget
 
 router = APIRouter(tags=["dashboard"])
 
 MAX_PROFILE_QUERIES = 1024
-#: the default radius of a profile: the largest r <= DEFAULT_MAX_RADIUS whose probes (all
-#: queries) stay within DEFAULT_PROBE_BUDGET and the server's request budget
-DEFAULT_MAX_RADIUS = 4
-DEFAULT_PROBE_BUDGET = 20_000_000
 FEATURES = ("probes", "nonempty_buckets", "empty_buckets", "items", "lookup_ns")
 
 
@@ -55,50 +52,6 @@ def session(request: Request) -> dict:
             "write_key_set": keys.write is not None, "read_key_set": keys.read is not None,
             "read_only": settings.read_only,
             "why_not_write": None if denial is None else denial.detail}
-
-
-def profile_engine(main):
-    """The table the profile probes: the single table of mode auto, else the main index."""
-    return main.single if getattr(main, "kind", "") == "auto" else main
-
-
-def default_radius(engine, bits: int, queries: int, budget: int) -> int:
-    r = 0
-    while r < min(bits, DEFAULT_MAX_RADIUS) and \
-            queries * engine.probe_count(r + 1) <= min(budget, DEFAULT_PROBE_BUDGET) and \
-            engine.probe_count(r + 1) <= engine.max_probes:
-        r += 1
-    return r
-
-
-def nearest_distances(lims: np.ndarray, D: np.ndarray, I: np.ndarray, radius: int,
-                      excluded: np.ndarray | None = None) -> np.ndarray:
-    """Per query, the smallest distance among its results whose id is not ``excluded``
-    (``radius + 1`` for none)."""
-    nq = len(lims) - 1
-    first = np.full(nq, radius + 1, dtype=np.int64)
-    query = np.repeat(np.arange(nq), np.diff(lims))
-    keep = np.ones(len(I), dtype=bool) if excluded is None or not len(excluded) \
-        else ~np.isin(I, excluded)
-    np.minimum.at(first, query[keep], np.asarray(D, dtype=np.int64)[keep])
-    return first
-
-
-def empty_balls(state, xq: np.ndarray, radius: int, main_result: tuple,
-                max_results: int | None = None) -> list[int]:
-    """Per r in 0..radius, the queries whose ball ``d <= r`` holds no live item: the main
-    table's results (``main_result = lims, D, I``) minus tombstones, and the delta segment
-    (its search capped at ``max_results`` ids too)."""
-    first = nearest_distances(*main_result, radius, state.tombstones)
-    if state.delta is not None and len(state.delta_ids):
-        try:
-            lims, D, I = state.delta.range_search(xq, radius, max_results=max_results)[:3]
-        except ResultLimitError as exc:
-            raise ValueError(f"max_distance: radius {radius} finds at least {exc.reached:,} "
-                             f"recent (delta) items for {len(xq)} queries, more than "
-                             f"max_results={max_results}; use a smaller radius") from None
-        first = np.minimum(first, nearest_distances(lims, D, I, radius))
-    return [int((first > r).sum()) for r in range(radius + 1)]
 
 
 def extended_prediction(model: dict | None, means: dict[str, np.ndarray],
@@ -126,20 +79,6 @@ def extended_prediction(model: dict | None, means: dict[str, np.ndarray],
             [None if v < 0 else float(v) for v in cumulative])
 
 
-def planner_choices(main, radius: int) -> dict | None:
-    """Mode auto: the plan of a one-query radius search at every r <= ``radius`` (the path the
-    planner would run and the predicted ns of each path) and the last plan it ran."""
-    if getattr(main, "kind", "") != "auto":
-        return None
-    plans = []
-    for r in range(radius + 1):
-        plan = main.plan(max_distance=r, nq=1)
-        plans.append({"radius": r, "mode": plan["mode"], "predicted_ns": plan["predicted_ns"],
-                      "reason": plan["reason"]})
-    return json_safe({"calibrated": bool(main.calibrated), "choices": plans,
-                   "last_plan": main.last_plan})
-
-
 @router.get("/v1/indexes/{name}/radius-profile", dependencies=[ReadAuth])
 def radius_profile(
         entry: EntryDep, settings: SettingsDep,
@@ -154,34 +93,12 @@ def radius_profile(
     (of radius r, and of the whole search up to r; ``extended_model`` names it); the mean
     empty buckets of the served searches; the planner's choices (mode auto)."""
     require_in_process(entry, "radius-profile")
-    live = entry.live
-    state = live.state  # one consistent view
-    main = state.main
-    engine = profile_engine(main)
-    if max_distance is None:
-        max_distance = default_radius(engine, entry.bits, queries, settings.max_request_probes)
-    live.check_radius(max_distance)
-    per_query = engine.probe_count(max_distance)
-    if queries * per_query > settings.max_request_probes:
-        raise ValueError(f"max_distance: {queries} queries x {per_query:,} probes (radius "
-                         f"{max_distance}) is more than max_request_probes="
-                         f"{settings.max_request_probes:,}; use a smaller radius or fewer "
-                         "queries")
-    range_work(state, engine, queries, max_distance, settings.max_results).check(
-        settings, f"radius-profile: {queries} queries of radius {max_distance}",
-        "use fewer queries or a smaller max_distance")
-    xq = sample_queries(live, queries, seed)
-    try:
-        lims, D, I, st = engine.range_search(xq, max_distance, stats=True,
-                                             max_results=settings.max_results)
-    except ResultLimitError as exc:
-        raise ValueError(f"max_distance: radius {max_distance} returns at least "
-                         f"{exc.reached:,} ids for {queries} queries, more than max_results="
-                         f"{settings.max_results}; use a smaller radius") from None
+    profile = entry.live.radius_profile(queries, max_distance, seed, Budget.of(settings))
+    st, max_distance = profile.stats, profile.max_distance
     width = max_distance + 1
     names = FEATURES + tuple(f for f in ("candidates",) if getattr(st, f, None) is not None)
     means = {f: per_radius_means(st, f) for f in names}
-    empty = empty_balls(state, xq, max_distance, (lims, D, I), settings.max_results)
+    empty = profile.empty_balls
     model = entry.cost.extended()
     extended, extended_cum = extended_prediction(model, means, width)
     radii = []
@@ -200,10 +117,10 @@ def radius_profile(
                "empty_buckets": rec.empty_total / rec.n}
               for r, rec in sorted(entry.cost.snapshot().items()) if rec.n]
     return {"index": entry.name, "bits": entry.bits, "mode": entry.mode,
-            "engine": getattr(engine, "kind", ""), "queries": queries, "seed": seed,
-            "max_distance": max_distance, "main_size": int(main.ntotal),
-            "live_size": int(state.ntotal), "radii": radii,
+            "engine": profile.engine, "queries": queries, "seed": seed,
+            "max_distance": max_distance, "main_size": profile.main_size,
+            "live_size": profile.live_size, "radii": radii,
             "extended_model": None if model is None else
             {"estimator": model["estimator"], "source": model["source"],
              "unidentified": model["unidentified"]},
-            "served": served, "planner": planner_choices(main, max_distance)}
+            "served": served, "planner": json_safe(profile.planner)}

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import numpy as np
 import orjson
 from fastapi import APIRouter, Query, Request, Response
 
 from bucketsearch.app.deps import EntryDep, ReadAuth
 from bucketsearch.app.parsing import wants_binary
-from bucketsearch.index.codes import n_words, to_hex, to_packed
+from bucketsearch.index.codes import to_hex, to_packed
 
 router = APIRouter(prefix="/v1/indexes", tags=["indexes"])
 
@@ -27,29 +26,6 @@ index holds fewer items; none for an empty index.
   octet-stream insert body, `m` int64 little-endian ids followed by the `m` packed codes
   (`B = ceil(bits/8)` bytes each, np.packbits layout); headers `X-Bits`, `X-Count` (m) and
   `X-Index-Size`."""
-
-
-def sample_live(state, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, words)`` of ``min(n, live)`` live items of ``state``, uniform without
-    replacement (main index minus tombstones, plus the delta)."""
-    main_ids = np.asarray(state.main.ids, dtype=np.int64)
-    if len(state.tombstones) and len(main_ids):
-        main_pos = np.flatnonzero(~np.isin(main_ids, state.tombstones))
-    else:
-        main_pos = np.arange(len(main_ids))
-    n_main, n_delta = len(main_pos), len(state.delta_ids)
-    pick = np.random.default_rng(seed).choice(n_main + n_delta, size=min(n, n_main + n_delta),
-                                              replace=False)
-    from_main, from_delta = main_pos[pick[pick < n_main]], pick[pick >= n_main] - n_main
-    width = n_words(state.bits)
-    parts = [np.empty((0, width), dtype=np.uint64)]
-    if len(from_main):
-        parts.append(np.asarray(state.main.words, dtype=np.uint64).reshape(-1, width)[from_main])
-    if len(from_delta):
-        parts.append(np.asarray(state.delta_words, dtype=np.uint64).reshape(-1, width)[from_delta])
-    ids = np.concatenate([main_ids[from_main],
-                          np.asarray(state.delta_ids, dtype=np.int64)[from_delta]])
-    return ids, np.ascontiguousarray(np.concatenate(parts))
 
 
 @router.get("/{name}/sample", dependencies=[ReadAuth], description=SAMPLE_LAYOUT,
@@ -70,19 +46,13 @@ def sample(entry: EntryDep, request: Request,
            seed: Annotated[int, Query(ge=0, le=2**63 - 1, description="seed of the draw")] = 0,
            ) -> Response:
     """Codes sampled uniformly from the index's live items (for load tests and inspection)."""
-    state = entry.live.state  # read once: one consistent view
-    if getattr(entry.live, "sharded", False):  # every shard's items, then the same draw
-        ids, words = state.items()
-        pick = np.sort(np.random.default_rng(seed).choice(len(ids), min(n, len(ids)),
-                                                          replace=False))
-        ids, words = ids[pick], words[pick]
-    else:
-        ids, words = sample_live(state, n, seed)
+    view = entry.live.view()  # read once: one consistent view
+    ids, words = view.sample(n, seed)
     if wants_binary(request.headers.get("accept", "")):
         body = ids.astype("<i8").tobytes() + to_packed(words, entry.bits).tobytes()
         return Response(body, media_type="application/octet-stream",
                         headers={"X-Bits": str(entry.bits), "X-Count": str(len(ids)),
-                                 "X-Index-Size": str(state.ntotal)})
-    return Response(orjson.dumps({"bits": entry.bits, "size": state.ntotal,
+                                 "X-Index-Size": str(view.ntotal)})
+    return Response(orjson.dumps({"bits": entry.bits, "size": view.ntotal,
                                   "ids": ids.tolist(), "codes": to_hex(words, entry.bits)}),
                     media_type="application/json")

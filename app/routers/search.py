@@ -22,7 +22,7 @@ octet-stream bodies:
 Linear scans (the planner's scan plan, the delta segment of recent inserts) probe no bucket;
 they are charged to ``max_request_compares`` (queries x items compared), and every search's
 answer and statistics to ``max_request_memory``, both estimated from the request and the
-index's shape before any work (app/budget.py). k-NN's scan fallback (a query whose probe share
+index's shape before any work (index/budget.py). k-NN's scan fallback (a query whose probe share
 ran out) is bounded by ``nq x N`` compares, ``nq <= max_batch``.
 """
 from __future__ import annotations
@@ -36,30 +36,16 @@ from starlette._utils import get_route_path
 from starlette.concurrency import run_in_threadpool
 
 from bucketsearch.app import guard
-from bucketsearch.app.budget import answer_bound, knn_work, range_work
 from bucketsearch.app.deps import EntryDep, ReadAuth, settings_of
 from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
 from bucketsearch.app.parsing import SearchJob, content_type, parse_search, wants_binary
 from bucketsearch.app.schemas import (SearchRequest, SearchResponse,
                                       json_or_octet_body)
-from bucketsearch.index.base import ProbeLimitError, ResultLimitError
+from bucketsearch.index.budget import RequestProbeLimit  # noqa: F401 -- importable here
 from bucketsearch.index.codes import MAX_BITS
-from bucketsearch.index.storage.live import with_probe_limit
+from bucketsearch.index.handle import Budget, ResultLimitError
 
 router = APIRouter(prefix="/v1/indexes", tags=["search"])
-
-
-class RequestProbeLimit(ProbeLimitError):
-    """The whole batch would probe more buckets than ``max_request_probes``."""
-
-    def __init__(self, nq: int, per_query: int, limit: int, radius: int, mode: str):
-        self.probes, self.limit, self.radius = nq * per_query, limit, radius
-        other = {"single": "mode 'mih' or 'auto'", "mih": "mode 'auto' (it can scan)"}
-        ValueError.__init__(
-            self, f"codes: {nq} queries x {per_query:,} probes (radius {radius}, mode "
-                  f"{mode!r}) = {nq * per_query:,} buckets, more than the per-request limit "
-                  f"max_request_probes={limit:,}; send fewer queries per request, use a smaller "
-                  f"radius{', or ' + other[mode] if mode in other else ''}")
 
 
 def stats_records(st, t0: float | None) -> list[list[dict]]:
@@ -111,7 +97,7 @@ SEARCH_BODY = json_or_octet_body(SearchRequest)
 INLINE_MAX_PROBES = 5_000
 INLINE_MAX_BODY = 1_024  # bytes of a body parsed on the event loop (a handful of codes)
 INLINE_MAX_DELTA = 10_000  # items the delta scan may hold for an inline search
-#: Most ids an inline search may return (app.budget.answer_bound): building and encoding a
+#: Most ids an inline search may return (bucketsearch.index.budget.answer_bound): building and encoding a
 #: large answer takes milliseconds whatever the probes (radius 0 on a bucket of 39,000 items,
 #: 128 queries: 5M ids, 0.2-1 s of the event loop), and blocks every other request meanwhile.
 INLINE_MAX_RESULTS = 4_096
@@ -120,18 +106,16 @@ INLINE_MAX_RESULTS = 4_096
 def runs_inline(entry, job: SearchJob) -> bool:
     """Microseconds of work: a radius search of few probes (at least one: a scan, 0 probes,
     reads every item), a small delta, and a small answer (at most INLINE_MAX_RESULTS ids
-    however the items fall: app.budget.answer_bound)."""
+    however the items fall: bucketsearch.index.budget.answer_bound). An index that cannot say
+    so cheaply (its first search of a snapshot; a sharded index: a Ray round trip) runs in the
+    thread pool."""
     if job.k is not None or job.max_distance is None \
-            or not 0 <= job.max_distance <= min(entry.bits, 3) \
-            or getattr(entry.live, "sharded", False):  # a Ray round trip: never on the loop
+            or not 0 <= job.max_distance <= min(entry.bits, 3):
         return False
-    state = entry.live.state
     nq = len(job.xq)
-    if len(state.delta_ids) > INLINE_MAX_DELTA \
-            or not 0 < nq * state.main.probe_count(job.max_distance, nq) <= INLINE_MAX_PROBES:
-        return False
-    answer = answer_bound(state, nq, job.max_distance, cached_only=True)
-    return answer is not None and answer <= INLINE_MAX_RESULTS
+    work = entry.live.range_estimate(nq, job.max_distance, cheap=True)
+    return work is not None and 0 < work.probes <= INLINE_MAX_PROBES \
+        and work.compares <= nq * INLINE_MAX_DELTA and work.answer <= INLINE_MAX_RESULTS
 
 
 @router.post("/{name}/search", response_model=SearchResponse, dependencies=[ReadAuth],
@@ -195,47 +179,24 @@ async def answer_search(entry, body: bytes, ctype: str, params: dict, binary: bo
     return await run_in_threadpool(parse_and_run)
 
 
-def check_range_probes(entry, state, nq: int, radius: int, settings) -> int | None:
-    """The probe budget of a radius search, before any work: raises :class:`RequestProbeLimit`
-    when ``nq`` queries of the engine that would run pass ``max_request_probes``. Returns the
-    per-query probe limit to search with (None: the engine's own guard answers first)."""
-    entry.live.check_radius(radius)
-    main = state.main
-    share = max(settings.max_request_probes // nq, 1)
-    engine = with_probe_limit(main, share)
-    per_query = engine.probe_count(radius, nq)
-    if per_query > main.max_probes:
-        return None  # the engine raises its per-query ProbeLimitError, before work too
-    if nq * per_query > settings.max_request_probes:
-        raise RequestProbeLimit(nq, per_query, settings.max_request_probes, radius, entry.mode)
-    range_work(state, engine, nq, radius, settings.max_results).check(
-        settings, f"codes: {nq} queries of radius {radius}",
-        "send fewer queries per request or use a smaller radius")
-    return share
-
-
 def run_search(entry, job: SearchJob, settings, t_start: float) \
         -> tuple[bytes, str, list[tuple[str, str]]]:
-    """The search of a parsed request: ``(content, media type, extra headers)``."""
+    """The search of a parsed request: ``(content, media type, extra headers)``. The index
+    checks the request's budget (probes, compares, memory: bucketsearch.index.budget) on the
+    state it then searches, before any work; the audit reads that same state (``view``)."""
     t_parsed = time.perf_counter()
     nq = len(job.xq)
-    state = entry.live.state  # the request reads the live state once
+    view = entry.live.view()  # the request reads one state
+    budget = Budget.of(settings)
     if job.k is not None:  # k and nq x k were checked by parse_search, before decoding
         # the request's probe budget, shared by its queries, caps each query's k-NN growth
-        per_query = max(settings.max_request_probes // nq, 1)
-        if job.max_distance is not None:
-            entry.live.check_radius(job.max_distance)
-        knn_work(state, nq, job.k, job.max_distance).check(
-            settings, f"codes: {nq} queries of k={job.k}", "send fewer queries per request")
-        D, I, st = state.search(job.xq, job.k, max_distance=job.max_distance, stats=True,
-                                max_probes=per_query)
+        D, I, st = view.search(job.xq, job.k, max_distance=job.max_distance, stats=True,
+                               budget=budget)
         lims, D, I = knn_to_csr(D, I)  # the response's CSR layout (padding dropped)
     else:
         R = job.max_distance
-        per_query = check_range_probes(entry, state, nq, R, settings)
         try:
-            lims, D, I, st = state.range_search(job.xq, R, stats=True, max_probes=per_query,
-                                                max_results=settings.max_results)
+            lims, D, I, st = view.range_search(job.xq, R, stats=True, budget=budget)
         except ResultLimitError as exc:
             raise ValueError(
                 f"max_distance: radius {R} returns at least {exc.reached:,} ids for {nq} "
@@ -246,7 +207,7 @@ def run_search(entry, job: SearchJob, settings, t_start: float) \
     entry.cost.observe(st)
     audit = entry.audit  # the exactness audit: one count and one compare unless sampled
     if audit is not None and next(audit.counter) >= audit.next_pick:
-        audit.submit(entry.name, state, job.k, job.max_distance, job.xq, lims, D, I)
+        audit.submit(entry.name, view, job.k, job.max_distance, job.xq, lims, D, I)
     if job.binary:
         out = [results_binary(lims, D, I)]
         media_type = "application/octet-stream"
@@ -354,7 +315,7 @@ class SearchFastPath:
 
     def __init__(self, app, app_state, routes):
         self.app = app
-        self.state = app_state
+        self.app_state = app_state
         self.route = None  # the APIRoute FastAPI would set (the metrics label its path)
         for ctx in guard.flat_routes(routes):
             route = getattr(ctx, "original_route", ctx)
@@ -366,7 +327,7 @@ class SearchFastPath:
         if scope["type"] != "http" or scope["method"] != "POST" or self.route is None:
             return await self.app(scope, receive, send)
         path = get_route_path(scope)
-        state = self.state
+        state = self.app_state
         if not (path.startswith(_PREFIX) and path.endswith(_SUFFIX)
                 and getattr(state, "ready", False)):
             return await self.app(scope, receive, send)

@@ -171,7 +171,7 @@ def run(manager, job, live) -> np.ndarray:
     ids = item_ids(folder, spec)
     if job.checkpoint.get("min_id") is None:  # merged before a restart
         return ids
-    if live is None or not getattr(live, "sharded", False) or live.n != spec["n"]:
+    if live is None or live.shards != spec["n"]:
         raise JobFailed(f"index {job.index!r} is not served over {spec['n']} shards any more")
     tasks = plan_tasks(spec, job.radius)
     stats = job.stats

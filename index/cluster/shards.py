@@ -4,8 +4,10 @@
 registry and the routers use (``add, upsert, delete, get, range_search, search, merge,
 set_mode, state, ntotal, mode, substrings, failed, applied ...``) and delegates to N Ray actors
 (:class:`ShardServer`), each holding its own ``LiveIndex`` in ``<index folder>/shard-<i>`` (own
-WAL and snapshots). The routers need no change: ``entry.live.state`` is a
-:class:`ShardedState` whose ``search``/``range_search`` fan out and merge.
+WAL and snapshots). It implements the index handle protocol
+(:class:`~bucketsearch.index.handle.IndexHandle`) as the live index does: searches fan out to
+the shards and their answers are merged here; sizes and merge state are the shards' counts as
+of the last write or refresh.
 
 Partitioning, chosen per index at creation (stored in ``index.json``):
 
@@ -26,7 +28,7 @@ is the ball's radius ``j + d``), the per-shard detail in ``stats.plan``.
 
 Failure: the actors are created with ``max_restarts=-1``; a restarted actor reopens its
 ``LiveIndex`` from its WAL and snapshot. A call to a dead or restarting shard raises
-:class:`ShardUnavailable` (an :class:`~app.registry.IndexUnavailable`: HTTP 503 with
+:class:`ShardUnavailable` (an :class:`~bucketsearch.index.errors.IndexUnavailable`: HTTP 503 with
 Retry-After); no partial answer is ever returned. Writes are all or nothing across the
 shards: an intent with the before-images at the ingress, undone on every shard when any part
 fails, before any shard serves again (:mod:`index.cluster.shardwrites`).
@@ -49,7 +51,10 @@ from bucketsearch.index.cluster.raysession import ensure_ray  # noqa: F401 -- th
 from bucketsearch.index.errors import IndexUnavailable
 from bucketsearch.index.cluster.shardserver import ShardError, ShardServer
 from bucketsearch.index.base import SearchStats
-from bucketsearch.index.codes import as_words, n_words
+from bucketsearch.index import budget as work
+from bucketsearch.index.codes import as_words, n_words, pack_bits
+from bucketsearch.index.handle import (Budget, NotServed, RadiusProfile, Sizes, check_k,
+                                       check_radius)
 from bucketsearch.index.probe import ResultLimitError
 from bucketsearch.index.storage.dedup import DEFAULT_REPORT, DedupResult, screen
 from bucketsearch.index.storage.layout import shard_folder
@@ -94,54 +99,9 @@ def _get(refs, what: str):
                                f"Ray restarts it from its log, retry in a few seconds") from None
 
 
-class _Sized:
-    """A length without an array (``len(state.delta_ids)`` of a sharded index)."""
-
-    def __init__(self, n: int):
-        self.n = int(n)
-
-    def __len__(self) -> int:
-        return self.n
-
-
-class ShardMain:
-    """What the search router asks of ``state.main``: ``probe_count``, ``max_probes``,
-    ``ntotal``; the probes of the whole fan-out (id_hash: N balls; code_prefix: one)."""
-
-    def __init__(self, live: ShardedLive, ntotal: int, max_probes: int):
-        self._live, self.ntotal, self.max_probes = live, int(ntotal), int(max_probes)
-
-    def probe_count(self, radius: int, nq: int = 1) -> int:
-        return self._live.probe_count(radius, nq, self.max_probes)
-
-
-class ShardedState:
-    """``entry.live.state`` of a sharded index: counts from the last summary, searches fanned
-    out to the shards at call time (each shard searches one consistent state of its own)."""
-
-    def __init__(self, live: ShardedLive):
-        s = live._totals
-        self.bits, self._live = live.bits, live
-        self.ntotal = s["size"]
-        self.main = ShardMain(live, s["main_size"], live.max_probes)
-        self.delta_ids = _Sized(s["delta_size"])
-        self.tombstones = _Sized(s["tombstones"])
-        self.delta = None
-
-    def range_search(self, xq, radius, stats=False, max_probes=None, max_results=None):
-        return self._live._range(xq, radius, stats, max_probes, max_results)
-
-    def search(self, xq, k, max_distance=None, stats=False, max_probes=None):
-        return self._live._knn(xq, k, max_distance, stats, max_probes)
-
-    def items(self):
-        return self._live.items()
-
-
 class ShardedLive:
-    """An index split over N shard actors (see the module docstring)."""
-
-    sharded = True
+    """An index split over N shard actors (see the module docstring): an
+    :class:`~bucketsearch.index.handle.IndexHandle`."""
 
     def __init__(self, folder: Path, bits: int, mode: str, substrings, shards: int,
                  partitioning: str, *, max_probes: int, merge_threshold: int,
@@ -174,6 +134,7 @@ class ShardedLive:
                                      follow_interval_s) for _ in range(replicas)]
                          for i in range(self.n)]
         self._turn = 0
+        self._closed = False
         self._write_lock = threading.RLock()  # add_next holds it around add
         self._probe_cache: dict = {}
         self._totals: dict = {}
@@ -210,13 +171,25 @@ class ShardedLive:
                         for key in ("size", "main_size", "delta_size", "tombstones")}
         self._probe_cache.clear()
 
+    # ---------------------------------------------------------------- the handle's shape
     @property
-    def state(self) -> ShardedState:
-        return ShardedState(self)
+    def shards(self) -> int:
+        """The handle's ``shards``: how many shard actors hold the index."""
+        return self.n
+
+    def view(self) -> ShardedLive:
+        """The handle's view: the index itself (each call fans out to the shards, each of
+        which searches one consistent state of its own)."""
+        return self
 
     @property
     def ntotal(self) -> int:
         return self._totals["size"]
+
+    def sizes(self) -> Sizes:
+        """The shards' counts summed (as of the last write or refresh)."""
+        t = self._totals
+        return Sizes(t["size"], t["main_size"], t["delta_size"], t["tombstones"])
 
     @property
     def mode(self) -> str:
@@ -262,8 +235,7 @@ class ShardedLive:
                      if s["last_merge_error"]), None)
 
     def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
+        check_radius(radius, self.bits)
 
     # --------------------------------------------------------------------------- routing
     def _owner(self, ids: np.ndarray, words: np.ndarray):
@@ -300,17 +272,61 @@ class ShardedLive:
 
     # --------------------------------------------------------------------------- reading
     def range_search(self, xq, radius: int, stats: bool = False,
-                     max_probes: int | None = None, max_results: int | None = None):
+                     max_probes: int | None = None, max_results: int | None = None,
+                     budget: Budget | None = None):
+        """Radius search over every shard, merged in (distance, id) order; with a ``budget``,
+        the fan-out's probes (each query's share, and the batch's), compares and memory are
+        checked first (:mod:`bucketsearch.index.budget`, from the shards' counts)."""
         self.check_radius(radius)
-        return self._range(as_words(xq, self.bits), radius, stats, max_probes, max_results)
+        xq = as_words(xq, self.bits)
+        if budget is not None:
+            max_probes = self._check_range(len(xq), radius, budget)
+            max_results = budget.max_results
+        return self._range(xq, radius, stats, max_probes, max_results)
+
+    def _check_range(self, nq: int, radius: int, budget: Budget) -> int | None:
+        """The per-query probe limit a budgeted radius search runs with (None: a shard's own
+        guard answers first, before any work too)."""
+        share = budget.probe_share(nq)
+        per_query = self.probe_count(radius, nq, share)
+        if not work.check_range_probes(nq, radius, per_query, self.max_probes, budget,
+                                       self.mode):
+            return None
+        self._range_work(nq, radius, per_query, budget.max_results).check(
+            budget, lambda: work.range_hint(nq, radius))
+        return share
+
+    def _range_work(self, nq: int, radius: int, per_query: int,
+                    max_results: int | None) -> work.Work:
+        """:func:`bucketsearch.index.budget.work_of` from the shards' counts: the largest
+        bucket is not known here, so a ball may hold every item of the main indexes."""
+        t = self._totals
+        return work.work_of(nq, radius, self.bits, per_query, False, t["main_size"],
+                            t["delta_size"], nq * (t["main_size"] + t["delta_size"]),
+                            max_results)
 
     def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
-               max_probes: int | None = None):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+               max_probes: int | None = None, budget: Budget | None = None):
+        """The k nearest over every shard (the top k of each shard's top k by (distance,
+        id)); with a ``budget``, its compares and memory checked first and its probes shared
+        out as each query's limit."""
+        k = check_k(k)
         if max_distance is not None:
             self.check_radius(max_distance)
-        return self._knn(as_words(xq, self.bits), int(k), max_distance, stats, max_probes)
+        xq = as_words(xq, self.bits)
+        if budget is not None:
+            max_probes = budget.probe_share(len(xq))
+            t = self._totals
+            work.knn_work_of(len(xq), k, self.bits, False, t["main_size"],
+                             t["delta_size"]).check(budget, lambda: work.knn_hint(len(xq), k))
+        return self._knn(xq, k, max_distance, stats, max_probes)
+
+    def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:
+        """The most work of a radius search at the shards' probe guard; ``cheap``: None (the
+        probe count of a mode other than single asks the shards: a Ray round trip)."""
+        if cheap:
+            return None
+        return self._range_work(nq, radius, self.probe_count(radius, nq, None), None)
 
     def _reader(self, s: int):
         """The actor that answers shard ``s``'s part of this search: the primary or one of its
@@ -500,6 +516,7 @@ class ShardedLive:
             return 0
         owner, stored = self._owner(ids, words)
         with self._write_lock:
+            self._writable()
             self._settle()
             found, before = self._lookup(ids)
             if found.any():
@@ -515,6 +532,7 @@ class ShardedLive:
         shard has seen written (each shard keeps its mark durably), taken under the write
         lock. Returns ``(first_id, count)``."""
         with self._write_lock:
+            self._writable()
             self._settle()
             first = max(s["next_id"] for s in self._shards)
             words = as_words(codes, self.bits)
@@ -528,11 +546,12 @@ class ShardedLive:
         this index takes: two near-duplicates sent at the same time never both get in."""
         ids, words = dedup_batch(codes, ids, radius, report, self.bits)
         with self._write_lock:
+            self._writable()
             self._settle()
             first = max(s["next_id"] for s in self._shards)
             if not len(words):
                 return DedupResult.empty(None if ids is not None else first)
-            found = dedup_neighbours(self.state, words, int(radius), int(report), max_probes)
+            found = dedup_neighbours(self, words, int(radius), int(report), max_probes)
             result = screen(words, int(radius), self.bits, found, ids, first, int(report))
             if result.inserted.any():
                 self.add(words[result.inserted], result.ids[result.inserted])
@@ -547,6 +566,7 @@ class ShardedLive:
             return 0, 0
         owner, stored = self._owner(ids, words)
         with self._write_lock:
+            self._writable()
             self._settle()
             found, before = self._lookup(ids)
             home = np.full(len(ids), -1, dtype=np.int64)  # where each id lives now
@@ -566,6 +586,7 @@ class ShardedLive:
         if not len(ids):
             return 0
         with self._write_lock:
+            self._writable()
             self._settle()
             found, before = self._lookup(ids)
             ids, before = ids[found], before[found]
@@ -716,6 +737,44 @@ class ShardedLive:
         self._settle()
         return self._lookup(ids)
 
+    def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """``min(n, live)`` live items drawn uniformly without replacement from every shard's
+        items (seeded), in the order of :meth:`items`."""
+        ids, words = self.items()
+        pick = np.sort(np.random.default_rng(seed).choice(len(ids), min(n, len(ids)),
+                                                          replace=False))
+        return ids[pick], words[pick]
+
+    def query_sample(self, n: int, seed: int) -> np.ndarray:
+        """``n`` query words: ``n // 2`` codes of live items (drawn with replacement), the rest
+        uniform random codes (all ``n`` of an empty index)."""
+        rng = np.random.default_rng(seed)
+        words = self.items()[1]
+        n_random = n if not len(words) else n // 2
+        parts = [pack_bits(rng.integers(0, 2, size=(n_random, self.bits), dtype=np.uint8))]
+        if len(words):
+            parts.append(words[rng.integers(0, len(words), size=n - n_random)])
+        return np.ascontiguousarray(np.concatenate(parts))
+
+    # the cost model's reads of a live index: its tables are in the shard actors
+    def radius_profile(self, queries: int, max_distance: int | None, seed: int,
+                       budget: Budget) -> RadiusProfile:
+        raise NotServed(f"radius-profile: index {self.folder.name!r} is split over {self.n} "
+                        "shards; the profile probes one table in one process")
+
+    def paper_engine(self):
+        """None: no single table in this process (t0 is not calibrated for a sharded
+        index)."""
+        return None
+
+    def probe_engine(self):
+        raise NotServed(f"index {self.folder.name!r} is split over {self.n} shards: its "
+                        "tables are in the shard actors")
+
+    def catch_up(self) -> bool:
+        """Nothing: the shards' read replicas follow their primaries themselves."""
+        return False
+
     def items(self):
         self._settle()
         parts = _get([a.items.remote() for a in self.actors], "items")
@@ -736,6 +795,7 @@ class ShardedLive:
                          for i, a in enumerate(self.actors)], "job snapshot")
 
     def merge(self) -> bool:
+        self._writable()
         out = any(_get([a.merge.remote() for a in self.actors], "merge"))
         self.refresh()
         return out
@@ -743,6 +803,7 @@ class ShardedLive:
     def set_mode(self, mode: str, substrings) -> bool:
         from bucketsearch.index.factory import check_served_mode
         check_served_mode(mode, self.shard_bits, substrings, self.max_probes)
+        self._writable()
         out = any(_get([a.set_mode.remote(mode, substrings) for a in self.actors], "set mode"))
         self._probe_cache.clear()
         self.refresh()
@@ -757,7 +818,9 @@ class ShardedLive:
             self._knn(xq, 3, 1, stats, None)
 
     def info(self) -> dict:
-        """The IndexInfo fields of the whole index, with ``shard_detail`` per shard."""
+        """The IndexInfo fields of the whole index, with ``shard_detail`` per shard. Buckets
+        are the shards' (``distinct_codes`` and ``bucket_size_histogram`` summed over them):
+        with id_hash a code held on two shards is a bucket on each."""
         self._settle()
         shards = self.refresh(full=True)
         lags = self.replica_lag()
@@ -785,8 +848,20 @@ class ShardedLive:
                 for i, (s, lag) in enumerate(zip(shards, lags))],
         }
 
+    def _writable(self) -> None:
+        """PermissionError once the index is closed (as a closed live index refuses)."""
+        if self._closed:
+            raise PermissionError(f"index {self.folder.name!r} is closed (deleted or shutting "
+                                  "down)")
+
     def close(self) -> None:
+        """Refuse writes from now on (a write under way finishes first: the write lock),
+        close every shard's live index and stop the actors; a second call does nothing."""
         import ray
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             ray.get([a.close.remote() for a in self.actors], timeout=30)
         except Exception:  # noqa: BLE001 -- the actors go anyway

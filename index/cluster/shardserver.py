@@ -8,8 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from bucketsearch.index.cluster.shardtasks import ShardTasks, snapshot_shard
 from bucketsearch.index.probe import ProbeLimitError, ResultLimitError
 from bucketsearch.index.storage.live import DuplicateIdError
@@ -118,11 +116,9 @@ class ShardServer:
 
     def counts(self) -> dict:
         """The cheap part of :meth:`summary` (sent back with every write)."""
-        live, st = self.live, self.live.state
-        return {"pid": self.pid, "size": st.ntotal, "next_id": st.next_id,
-                "main_size": int(st.main.ntotal),
-                "delta_size": int(len(st.delta_ids)), "tombstones": int(len(st.tombstones)),
-                "mode": live.mode, "substrings": getattr(st.main, "substrings", live.substrings),
+        live, view = self.live, self.live.view()
+        return {"pid": self.pid, **view.sizes().info(), "next_id": view.next_id,
+                "mode": live.mode, "substrings": view.substrings or live.substrings,
                 "failed": live.failed, "merging": live.merging,
                 "merge_status": live.merge_status, "merges": live.merges,
                 "last_merge": live.last_merge, "last_merge_error": live.last_merge_error}
@@ -167,25 +163,20 @@ class ShardServer:
     def get(self, ids):
         return self.live.get(ids)
 
-    def live_mask(self, ids) -> np.ndarray:
-        return self.live.state.live_mask(np.asarray(ids, dtype=np.int64))
-
     @_portable
     def range_groups(self, groups, stats: bool, max_probes, max_results):
         """Radius searches of several query groups (``[(xq, radius), ...]``), one state."""
-        state = self.live.state
-        return [state.range_search(xq, r, stats, max_probes, max_results) for xq, r in groups]
+        view = self.live.view()
+        return [view.range_search(xq, r, stats, max_probes, max_results) for xq, r in groups]
 
     @_portable
     def knn_groups(self, groups, k: int, stats: bool, max_probes):
         """k-NN of several query groups (``[(xq, max_distance), ...]``), one state."""
-        state = self.live.state
-        return [state.search(xq, k, r, stats, max_probes) for xq, r in groups]
+        view = self.live.view()
+        return [view.search(xq, k, r, stats, max_probes) for xq, r in groups]
 
     def probe_count(self, radius: int, nq: int, max_probes) -> int:
-        from bucketsearch.index.storage.live import with_probe_limit
-        main = with_probe_limit(self.live.state.main, max_probes)
-        return int(main.probe_count(radius, nq))
+        return self.live.view().probe_count(radius, nq, max_probes)
 
     @_portable
     def merge(self) -> bool:
@@ -196,7 +187,7 @@ class ShardServer:
         return self.live.set_mode(mode, substrings)
 
     def items(self):
-        return self.live.state.items()
+        return self.live.items()
 
     # ------------------------------------------ near-duplicate jobs (shardjobs.py, shardtasks)
     @_portable
@@ -221,16 +212,12 @@ class ShardServer:
         return self._tasks.progress(job_id)
 
     def summary(self) -> dict:
-        from bucketsearch.index.storage.state import bucket_sizes
-        live, st = self.live, self.live.state
-        sizes = bucket_sizes(st.main)
-        values, counts = np.unique(sizes, return_counts=True)
+        info = self.live.info()
         return {**self.counts(),
-                "applied_lsn": live.applied.lsn, "distinct_codes": int(len(sizes)),
-                "histogram": {int(v): int(c) for v, c in zip(values, counts)},
-                "memory_bytes": int(st.main.memory_bytes() + st.delta_words.nbytes
-                                    + st.delta_ids.nbytes),
-                "max_probes": int(st.main.max_probes), "opened_s": round(self.opened_s, 3)}
+                "applied_lsn": info["applied_lsn"], "distinct_codes": info["distinct_codes"],
+                "histogram": {b["size"]: b["buckets"] for b in info["bucket_size_histogram"]},
+                "memory_bytes": info["memory_bytes"], "max_probes": int(self.live.max_probes),
+                "opened_s": round(self.opened_s, 3)}
 
     def close(self) -> None:
         self.live.close()

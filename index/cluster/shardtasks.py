@@ -51,7 +51,7 @@ def task_path(job_dir, task_name: str, suffix: str = ".bin") -> Path:
 
 def snapshot_shard(live, folder: str) -> int:
     """A shard's live items (one state), ordered by id, written to ``folder``; their count."""
-    ids, words = live.state.items()
+    ids, words = live.items()
     order = np.argsort(ids, kind="stable")
     store.save_arrays(Path(folder), "job-items", {"bits": live.bits},
                       {"ids": np.asarray(ids)[order], "words": np.asarray(words)[order]})

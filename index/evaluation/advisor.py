@@ -86,7 +86,7 @@ def measure_radius(state, xq: np.ndarray, radius: int, *, max_probes: int | None
     sample after a warm-up run; ``(None, reason)`` when a limit refuses it (before any work for
     the probe limits, as the search route does)."""
     from bucketsearch.index.base import ProbeLimitError, ResultLimitError
-    from bucketsearch.index.storage.state import with_probe_limit
+    from bucketsearch.index.storage.reads import with_probe_limit
 
     nq = len(xq)
     main = state.main
@@ -203,21 +203,23 @@ def recommend(radii: list[dict], *, relevance: bool, objective: str = "f1",
     return out
 
 
-def advise(state, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max: int,
+def advise(view, xq: np.ndarray, xb: np.ndarray, relevance=None, *, radius_max: int,
            mode: str | None = None, conventions: Conventions = DEFAULT, t0_ns: float | None = None,
            objective: str = "f1", min_gain: float = 0.01, min_precision: float = 0.0,
            budget_ns: float | None = None, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
            max_request_probes: int | None = None, max_results: int | None = None,
            repeats: int = 3, measure_queries: int = 64) -> dict:
     """Every per-radius figure, the mAP, the recommendation and the frontier marks (module
-    docstring). ``xq`` and ``xb`` are uint64 words of ``state.bits`` bits; ``relevance``
-    covers ``(len(xq), len(xb))``."""
+    docstring) over one state of a live index (``view``: its
+    :class:`~bucketsearch.index.storage.view.LiveView`). ``xq`` and ``xb`` are uint64 words of
+    ``view.bits`` bits; ``relevance`` covers ``(len(xq), len(xb))``."""
     from bucketsearch.index.metrics.relevance import from_labels
     from bucketsearch.index.metrics import evaluate, hamming_histograms
     from bucketsearch.index.metrics.ramap import modeled_costs
 
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    state = view.state
     bits = int(state.bits)
     if not 0 <= radius_max <= bits:
         raise ValueError(f"radius_max must be in [0, {bits}], got {radius_max}")

@@ -2,7 +2,9 @@
 plain numpy: the oracle of the exactness audit (app/audit.py).
 
 Nothing here goes through an engine, a table or a compiled kernel: the live items are the main
-index's stored ``(ids, words)`` minus the tombstoned ids, plus the delta's, and the distance of
+index's stored ``(ids, words)`` minus the tombstoned ids, plus the delta's
+(:meth:`~bucketsearch.index.storage.state.LiveState.items`, read through the view the request
+searched), and the distance of
 query ``q`` to item ``i`` is ``sum_w popcount(q[w] XOR x_i[w])`` (``numpy.bitwise_count``).
 Answers are ordered by (distance, id), the order every engine promises:
 
@@ -13,26 +15,6 @@ Answers are ordered by (distance, id), the order every engine promises:
 from __future__ import annotations
 
 import numpy as np
-
-
-def live_arrays(state) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, words)`` of the live items of ``state`` (main minus tombstones, then delta)."""
-    ids, words = [], []
-    main = state.main
-    if main.ntotal:
-        mi = np.asarray(main.ids, dtype=np.int64)
-        mw = np.asarray(main.words)
-        if len(state.tombstones):
-            keep = ~np.isin(mi, state.tombstones)
-            mi, mw = mi[keep], mw[keep]
-        ids.append(mi)
-        words.append(mw)
-    if len(state.delta_ids):
-        ids.append(np.asarray(state.delta_ids, dtype=np.int64))
-        words.append(np.asarray(state.delta_words))
-    if not ids:
-        return np.empty(0, np.int64), np.empty((0, max(1, (state.bits + 63) // 64)), np.uint64)
-    return np.concatenate(ids), np.concatenate(words)
 
 
 #: items per block of :func:`distances` (its temporaries stay in the L2 cache, so a check

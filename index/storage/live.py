@@ -1,13 +1,15 @@
-"""A live index: the coordinator of one index folder (locks, the log, the merge thread, the
-follower).
+"""A live index: the coordinator of one index folder (locks, the log, the merge thread).
 
 The pieces it coordinates, each in its own module: the immutable state and its transitions
 (:mod:`~bucketsearch.index.storage.state`: :class:`LiveState`, :func:`apply_ops`), the
-folder's file names (:mod:`~bucketsearch.index.storage.layout`), the write-ahead log
+read path of one state (:mod:`~bucketsearch.index.storage.reads`), the folder's file names
+(:mod:`~bucketsearch.index.storage.layout`), the write-ahead log
 (:mod:`~bucketsearch.index.storage.wal`), the snapshot writer and reader
 (:mod:`~bucketsearch.index.storage.snapshot`), recovery
-(:mod:`~bucketsearch.index.storage.recovery`) and the commit position read replicas follow
-(:mod:`~bucketsearch.index.storage.follow`).
+(:mod:`~bucketsearch.index.storage.recovery`), the commit position and catching up with it
+(:mod:`~bucketsearch.index.storage.follow`, :mod:`~bucketsearch.index.storage.follower`:
+:class:`Follower`), and the reads the service asks of the index, the handle protocol
+(:mod:`~bucketsearch.index.storage.view`: :class:`LiveReads`, :class:`LiveView`).
 
 A search reads ``self.state`` once and works on that value only, so it never waits for a
 write and never sees half of one. A write takes the write lock, validates, appends its WAL
@@ -39,7 +41,8 @@ import numpy as np
 
 from bucketsearch.index.codes import as_words, check_bits
 from bucketsearch.index.factory import check_served_mode
-from bucketsearch.index.storage import follow, snapshot
+from bucketsearch.index.errors import FollowerStopped
+from bucketsearch.index.storage import snapshot
 from bucketsearch.index.storage.dedup import (DEDUP_RANGE_CAP, DEFAULT_REPORT, DedupResult,
                                               dedup_batch, dedup_neighbours)
 from bucketsearch.index.storage.dedup import decide as dedup_decide
@@ -49,7 +52,9 @@ from bucketsearch.index.storage.recovery import (Config, CorruptIndexError, Reco
 from bucketsearch.index.storage.state import (MAX_ID, DuplicateIdError, LiveState, apply_one,
                                               apply_ops, base_state, merge_results,
                                               with_probe_limit, write_batch)
-from bucketsearch.index.storage.wal import CorruptLogError, Op, WriteAheadLog
+from bucketsearch.index.storage.follower import Follower
+from bucketsearch.index.storage.view import LiveReads
+from bucketsearch.index.storage.wal import Op, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +65,7 @@ __all__ = ["DEDUP_RANGE_CAP", "MAX_ID", "SNAPSHOT_META", "CorruptIndexError",
            "write_batch"]
 
 
-class FollowerStopped(CorruptIndexError):
-    """A follower found damage in the log the writer committed and stopped following (the
-    message says where); it applies nothing more."""
-
-
-class LiveIndex:
+class LiveIndex(LiveReads, Follower):
     """Durable, concurrently searchable index over one directory (snapshots + WAL segments).
 
     ``repair=True`` (``bucketsearch repair``) opens a damaged index by salvaging every intact
@@ -361,72 +361,6 @@ class LiveIndex:
             log.warning("index %s: cleanup after merge incomplete (%s); retried after the next "
                         "merge", self.directory.name, exc)
 
-    # ---------------------------------------------------------------------------- following
-    def _publish_position(self) -> None:
-        """Writer: the commit position for followers (:mod:`~bucketsearch.index.storage.follow`)."""
-        follow.write_position(self.directory, follow.Position(
-            self._wal.seq, self._wal.size, self._verified_snapshot))
-
-    @property
-    def applied(self) -> follow.Position:
-        """The log position this index has applied (a writer: all it acknowledged)."""
-        if self._wal is not None:
-            return follow.Position(self._wal.seq, self._wal.size, self._verified_snapshot)
-        return self._applied
-
-    @property
-    def lag_ms(self) -> float:
-        """A follower's staleness bound: ms since a catch-up last found nothing newer (0 for
-        the writer)."""
-        if self._wal is not None:
-            return 0.0
-        return (time.monotonic() - self._caught_up_at) * 1e3
-
-    def catch_up(self) -> bool:
-        """Follower (read-only): apply the records the writer committed since the last call,
-        or reload from the newest snapshot after a merge (or when the log went back: a repair
-        or a restored folder). Returns whether the state changed. A failure (raised) leaves the
-        state as it was, to be retried; damage in what the writer committed
-        (:class:`~bucketsearch.index.storage.wal.CorruptLogError`, :class:`CorruptIndexError`)
-        stops the follower for good (``follow_stopped`` says why; every later call raises
-        :class:`FollowerStopped`): it never applies a record past a damaged one. Opening the
-        folder afresh (after ``bucketsearch repair`` on the writer's side) follows again."""
-        if not self.read_only:
-            return False
-        if self.follow_stopped is not None:
-            raise FollowerStopped(self.follow_stopped)
-        checked = time.monotonic()
-        pos = follow.read_position(self.directory)
-        if pos is None or pos == self._applied:
-            self._caught_up_at = checked
-            return False
-        try:
-            if pos.snapshot != self._applied.snapshot or pos[:2] < self._applied[:2]:
-                self._reload()
-            else:
-                try:
-                    ops = follow.read_committed(self.directory, self._applied, pos)
-                except FileNotFoundError:  # cleaned up after a merge we have not loaded yet
-                    self._reload()
-                else:
-                    state = self.state
-                    self.state = apply_ops(state, ops, check=False) if ops else state
-                    self._applied = pos
-        except (CorruptLogError, CorruptIndexError) as exc:
-            self.follow_stopped = f"following the writer stopped: {exc}"  # never skip past it
-            raise FollowerStopped(self.follow_stopped) from exc
-        self._caught_up_at = checked
-        return True
-
-    def _reload(self) -> None:
-        """Follower: open the directory afresh (newest snapshot + committed log) and adopt it."""
-        fresh = LiveIndex(self.directory, self.bits, self.mode, self.substrings,
-                          max_probes=self.max_probes, read_only=True, mmap=self.mmap,
-                          background_merge=False)
-        self.mode, self.substrings = fresh.mode, fresh.substrings
-        self.recovery = fresh.recovery
-        self.state, self._applied = fresh.state, fresh._applied
-
     def wait_for_merge(self, timeout: float | None = None) -> None:
         thread = self._merge_thread
         if thread is not None:
@@ -444,37 +378,3 @@ class LiveIndex:
         with self._merge_lock, self._write_lock:
             if self._wal is not None:
                 self._wal.close()  # a fail-stopped log tries its undo once more
-
-    # ---------------------------------------------------------------------------- reading
-    @property
-    def ntotal(self) -> int:
-        return self.state.ntotal
-
-    def check_radius(self, radius: int) -> None:
-        if not 0 <= radius <= self.bits:
-            raise ValueError(f"max_distance must be in [0, bits={self.bits}], got {radius}")
-
-    def get(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """The codes of live ``ids`` (one consistent state): ``(found, words)``, ``found`` a
-        bool per id and ``words`` its (n, W) uint64 code (zeros where not found)."""
-        return self.state.get(np.asarray(ids, dtype=np.int64).reshape(-1))
-
-    def range_search(self, xq, radius: int, stats: bool = False,
-                     max_probes: int | None = None, max_results: int | None = None):
-        """Radius search (d <= radius) of one consistent state; ``max_probes`` lowers the
-        per-query probe guard for this call only, ``max_results`` caps the batch's results
-        (``bucketsearch.index.probe.ResultLimitError``)."""
-        self.check_radius(radius)
-        return self.state.range_search(as_words(xq, self.bits), radius, stats, max_probes,
-                                       max_results)
-
-    def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
-               max_probes: int | None = None):
-        """The k nearest live items (within ``max_distance`` when given) of one consistent
-        state: ``(D, I, stats or None)``, ``(nq, k)`` padded with -1."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
-        if max_distance is not None:
-            self.check_radius(max_distance)
-        return self.state.search(as_words(xq, self.bits), int(k), max_distance, stats,
-                                 max_probes)

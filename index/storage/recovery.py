@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bucketsearch.index.factory import make_index
 from bucketsearch.index.disk import fsio
+from bucketsearch.index.errors import CorruptIndexError
 from bucketsearch.index.storage import follow, layout, snapshot
 from bucketsearch.index.storage.state import LiveState, apply_ops, base_state
 from bucketsearch.index.storage.wal import (MAGIC, CorruptLogError, Op, cut_torn_tail,
@@ -41,11 +42,6 @@ class Recovery:
     broken_files: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)  # snapshots skipped, and why
     lost: list[dict] = field(default_factory=list)  # repair: byte ranges of salvaged segments
-
-
-class CorruptIndexError(ValueError):
-    """The index's files are damaged beyond what recovery repairs by itself (a torn tail of
-    the newest WAL segment); nothing was changed. ``bucketsearch repair`` salvages."""
 
 
 @dataclass(frozen=True)

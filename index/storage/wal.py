@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bucketsearch.index.disk import fsio
+from bucketsearch.index.errors import AppendFailed, CorruptLogError, LogFailed  # noqa: F401
 from bucketsearch.index.storage import layout
 from bucketsearch.index.storage.layout import segment_name
 
@@ -67,22 +68,6 @@ class Op:
     kind: str
     ids: np.ndarray  # (n,) int64
     words: np.ndarray | None = None  # (n, W) uint64 for "add" and "upsert"
-
-
-class AppendFailed(OSError):
-    """The disk refused a record; the log was restored as it was: nothing was acknowledged."""
-
-
-class LogFailed(OSError):
-    """The log could not be restored after a failed append: it refuses writes (fail-stop)."""
-
-
-class CorruptLogError(ValueError):
-    """A segment is damaged beyond a torn tail: ``path`` and ``offset`` say where."""
-
-    def __init__(self, path, offset: int, detail: str):
-        self.path, self.offset, self.detail = Path(path), int(offset), detail
-        super().__init__(f"{self.path.name}: corrupt at byte {offset}: {detail}")
 
 
 def encode(op: Op) -> bytes:
