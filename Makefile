@@ -1,4 +1,5 @@
-# Two jobs: `make demo` (the main job) and `make test`. Both create .venv on first use.
+# Two jobs: `make demo` (the main job) and `make test` (CI runs it and `make test-long`). Both
+# create .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -28,7 +29,7 @@ comma := ,
 space := $(subst ,, )
 KERNEL_INCLUDE := $(subst $(space),$(comma),$(strip $(KERNEL_MODULES)))
 
-.PHONY: demo test test-parallel coverage-kernels bench clean clean-cache
+.PHONY: demo test test-long coverage-kernels bench clean clean-cache
 
 # first use: about a minute; pip prints each package as it goes (no silent stretch)
 $(STAMP): pyproject.toml
@@ -43,17 +44,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/bucketsearch demo --keep-serving
 
+# `make test`: quick feedback, every test not marked slow or serial (pyproject.toml's markers), on
+# every core: pytest-xdist, one test file per worker (a file's module fixtures, such as a module's
+# server process, stay in one process). `make test-long`: the rest, one test at a time: the fault
+# matrices, crash points, histories and model runs, the kill tests, Ray shards, the browser, the
+# README's blocks, warm-up and the timing-sensitive tests (marker serial), then the kernels'
+# coverage. CI (.ci/run) runs both; times in README, Development
 test: $(STAMP)
-	$(PY) -m pytest -q
-	$(MAKE) coverage-kernels
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not slow and not serial'
 
-# quicker local feedback, not CI's run: the suite on every core, one test file per worker (a
-# file's module fixtures, such as the shards' local Ray, stay in one process), then the tests
-# marked serial alone. Timing-sensitive tests (a merge during a stream, the planner's choices in
-# the dashboard) have failed beside another worker: a failure here is re-run with make test
-test-parallel: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not serial'
-	$(PY) -m pytest -q -m serial
+test-long: $(STAMP)
+	$(PY) -m pytest -q -m 'slow or serial'
+	$(MAKE) coverage-kernels
 
 coverage-kernels: $(STAMP)
 	mkdir -p $(COVERAGE_DIR)

@@ -9,7 +9,12 @@
 ``HYPOTHESIS_MAX_EXAMPLES=N`` caps every hypothesis test at N examples (``make
 coverage-kernels`` runs the kernels as plain Python, ``NUMBA_DISABLE_JIT=1``, where the
 examples the compiled kernels afford would take too long). The terminal summary reports how
-many server processes the session started."""
+many server processes the session started.
+
+Markers (``pyproject.toml``): ``slow`` (the fault matrices, crash points, histories, kills, Ray,
+the browser, ...) and ``serial`` (timing-sensitive: never beside another worker) are left out of
+``make test`` (the quick set, on every core) and run by ``make test-long`` (one at a time); CI
+runs both."""
 from __future__ import annotations
 
 import os

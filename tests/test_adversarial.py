@@ -1,21 +1,21 @@
-"""Adversarial inputs against a real server (uvicorn on 127.0.0.1, a temp data dir), found by
-probing every route: each answer must be a 4xx naming the field, the value and what is
-allowed, never a 5xx or a library's message; writes racing a DELETE are refused, not failed."""
+"""Adversarial inputs, found by probing every route: each answer must be a 4xx naming the field,
+the value and what is allowed, never a 5xx or a library's message (in process, TestClient);
+writes racing a DELETE are refused, not failed (a real server, uvicorn on 127.0.0.1, a temp
+data dir: concurrent connections)."""
 from __future__ import annotations
 
 import threading
 
 import httpx
 import numpy as np
-from helpers import add_codes, create_index
+from helpers import add_codes, app_client, create_index
 
 
-def test_evaluate_ragged_or_empty_multihot_labels_name_the_field(bucketsearch_server_factory):
+def test_evaluate_ragged_or_empty_multihot_labels_name_the_field(tmp_path):
     """Multi-hot label rows of different lengths, or of no column at all, are a 400 naming the
     field and the row (was numpy's "setting an array element with a sequence..." and
     "query labels must hold integers, got dtype float64")."""
-    server = bucketsearch_server_factory()
-    with server.client() as client:
+    with app_client(tmp_path / "data") as client:
         create_index(client, "ev", 16)
         add_codes(client, "ev", [1, 2], np.array([[0], [3]], dtype=np.uint64), 16)
         base = {"codes": ["0000"], "db_ids": [1, 2]}
@@ -35,11 +35,10 @@ def test_evaluate_ragged_or_empty_multihot_labels_name_the_field(bucketsearch_se
         assert r.status_code == 200, r.text
 
 
-def test_malformed_json_body_names_the_body(bucketsearch_server_factory):
+def test_malformed_json_body_names_the_body(tmp_path):
     """A body that is not JSON, on a route whose body FastAPI parses, names ``body`` and where
     the JSON broke (was ``"[0]: JSON decode error"``: a field ``[0]`` that does not exist)."""
-    server = bucketsearch_server_factory()
-    with server.client() as client:
+    with app_client(tmp_path / "data") as client:
         r = client.post("/v1/indexes", content=b"not json",
                         headers={"content-type": "application/json"})
         assert r.status_code == 400, r.text

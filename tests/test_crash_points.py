@@ -40,6 +40,8 @@ from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
 from bucketsearch.index.storage.live import CorruptIndexError, LiveIndex
 from bucketsearch.index.storage.wal import CorruptLogError
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 BITS = 16
 EXIT_TIMEOUT = 120.0  # seconds for the refused server to import the app, fail and exit
 

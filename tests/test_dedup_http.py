@@ -267,6 +267,7 @@ def test_concurrent_clients_never_admit_two_items_within_the_radius(server):
     assert np.isin(blockers, ids).all()  # nothing was deleted: every blocker stays live
 
 
+@pytest.mark.slow  # a kill test: make test-long
 def test_sigkill_keeps_exactly_what_was_acknowledged(bucketsearch_server_factory, tmp_path):
     """Dedup inserts acknowledged before a SIGKILL are all there after the restart, and nothing
     else: the answered items, with their codes."""

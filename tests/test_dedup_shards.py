@@ -13,7 +13,7 @@ from bucketsearch.index.codes import pack_bits
 
 ray = pytest.importorskip("ray")
 shards = pytest.importorskip("bucketsearch.index.cluster.shards")
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # slow: make test-long
 BITS, RADIUS = 16, 2
 
 

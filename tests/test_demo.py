@@ -19,6 +19,8 @@ from conftest import ROOT, free_port
 from bucketsearch.loadtest import demo
 from bucketsearch.loadtest.demo import MIN_RATE, OPEN_SHARE_OF_CLOSED, PROBE_BACKOFF, Probe
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 CLIENT_CPU = "client saturated: a client process used 97% of a core during the run"
 SHORTFALL = "send rate 150/s is below 95% of the target 240/s"
 MACHINE_LAG = ("scheduler lag p99 7.0 ms (> 5.0 ms) with the client at only 20% of a core: the "
@@ -76,7 +78,7 @@ def test_bad_port_is_refused_with_the_allowed_range(capsys):
     assert "--port 70000" in capsys.readouterr().err
 
 
-@pytest.mark.serial  # an open-loop send rate: make test-parallel runs it alone
+@pytest.mark.serial  # an open-loop send rate: run alone (make test-long)
 @pytest.mark.timeout(600)
 def test_demo_runs_keeps_serving_and_stops_cleanly(tmp_path):
     out, port = tmp_path / "out", free_port()

@@ -48,6 +48,8 @@ from bucketsearch.index.storage.live import LiveIndex
 from bucketsearch.index.storage.store import load_arrays, save_arrays
 from bucketsearch.index.storage.wal import LogFailed
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 
 @dataclass(frozen=True)
 class Case:

@@ -37,6 +37,8 @@ import subprocess
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 FIU_RUN, FIU_CTRL = shutil.which("fiu-run"), shutil.which("fiu-ctrl")
 if not (FIU_RUN and FIU_CTRL):
     if os.environ.get("CI_REQUIRE_FIU") == "1":

@@ -61,6 +61,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # slow: make test-long
 
 BITS = 64
 ID_SPACE = 200

@@ -283,6 +283,7 @@ def test_a_crash_during_the_table_phase_resumes_from_the_search_checkpoint(tmp_p
     live.close()
 
 
+@pytest.mark.slow  # a kill test: make test-long
 def test_sigkill_mid_job_resumes_and_never_serves_a_partial_result(bucketsearch_server_factory,
                                                                    tmp_path):
     srv = bucketsearch_server_factory(tmp_path / "data")

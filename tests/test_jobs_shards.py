@@ -31,7 +31,7 @@ from bucketsearch.index.storage.live import LiveIndex
 
 ray = pytest.importorskip("ray")
 shards = pytest.importorskip("bucketsearch.index.cluster.shards")
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # slow: make test-long
 BITS = 32
 
 

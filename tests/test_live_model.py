@@ -48,6 +48,8 @@ from bucketsearch.index.storage.fsio import FaultPlan, SimulatedCrash
 from bucketsearch.index.storage.live import DuplicateIdError, LiveIndex
 from bucketsearch.index.storage.wal import AppendFailed, LogFailed
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 ID_SPACE = 10  # small: conflicts, deletes of present ids and re-inserts happen often
 POOL = 24
 POOLS = {bits: clustered_pool(bits, POOL + 4, seed=bits) for bits in (16, 70)}

@@ -38,7 +38,7 @@ ROOT = helpers.ROOT
 N_CODES = 20_000
 BITS = 64
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # slow: make test-long
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,8 @@ from bucketsearch.app.main import create_app
 from bucketsearch.app.settings import Settings
 from bucketsearch.index.codes import pack_bits
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 BITS = 16
 SEARCH_ROUTE = "/v1/indexes/{name}/search"
 N_SEARCHES = 64

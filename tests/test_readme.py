@@ -49,6 +49,8 @@ import numpy as np
 import pytest
 from conftest import ROOT, ServerProcess
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 README = ROOT / "README.md"
 BIN = Path(sys.executable).parent
 SHELL_LANGS = ("bash", "sh", "shell", "console")

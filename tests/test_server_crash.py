@@ -10,6 +10,8 @@ import pytest
 
 from bucketsearch.index.codes import to_hex
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 BITS = 64
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, ServerProcess
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 MAX_EXAMPLES = int(os.environ.get("BUCKETSEARCH_ST_EXAMPLES", "20"))  # more: a longer hunt
 TIMEOUT_S = 900
 KEY = "st-key"

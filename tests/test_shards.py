@@ -24,6 +24,8 @@ from helpers import ShardedServer, add_codes, create_index, make_app
 from helpers import kill_left as _kill_left
 from helpers import ray_processes as _ray_processes
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 ray = pytest.importorskip("ray")
 shards = pytest.importorskip("bucketsearch.index.cluster.shards")
 

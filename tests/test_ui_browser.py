@@ -30,7 +30,7 @@ READ_KEY, WRITE_KEY = "dashboard-read-key", "dashboard-write-key"
 BUCKETS = {1: 5, 2: 3, 4: 2, 7: 1}
 SEARCH_RADIUS = 3  # searches up to this radius feed the cost model before the page opens
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # slow: make test-long
 try:
     from playwright import sync_api
 except ImportError:  # the dev extra has it; CI must not skip the browser tests quietly

@@ -44,7 +44,7 @@ HammingIndex.range_search = dropping_first_id
 from bucketsearch.app.main import create_app  # noqa: E402
 """
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # slow: make test-long
 
 
 def labeled_codes():

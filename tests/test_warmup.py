@@ -34,6 +34,8 @@ import pytest
 
 from bucketsearch.app.startup import compiled_signatures
 
+pytestmark = pytest.mark.slow  # slow: make test-long
+
 ROOT = Path(__file__).resolve().parents[1]
 #: direct-addressed tables (16), one-word codes (64), multi-word codes (130)
 DRIVE_BITS = (16, 64, 130)
