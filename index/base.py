@@ -340,8 +340,10 @@ class _OutputBuffers(threading.local):
 
 OUTPUT_BUFFER_START = 4096
 OUTPUT_BUFFER_KEEP = 1 << 20
-_BUFFERS = _OutputBuffers()
-_WORD = np.dtype(np.uint64)  # native byte order
+#: this thread's result buffers (a search copies out what it returns)
+OUTPUT_BUFFERS = _BUFFERS = _OutputBuffers()
+#: the dtype of code words (native byte order)
+WORD_DTYPE = _WORD = np.dtype(np.uint64)
 _NO_STATS = np.zeros((0, 0, 0), dtype=np.int64)
 _NO_NS = np.zeros(0, dtype=np.int64)
 
