@@ -41,7 +41,7 @@ DIRECT_MAX_BITS = 24
 SLOTS_PER_CODE = 1.5      # load factor 2/3: a hit passes ~2 slots (linear probing), a miss ~5
 FILTER_BITS_PER_CODE = 12  # the occupancy filter's least size: 1.5 bytes per distinct code
 FILTER_MAX_BITS_PER_CODE = 32  # ... and its most, while it fits FILTER_CACHE_BYTES
-FILTER_CACHE_BYTES = 2 << 20   # a filter this small stays in the caches near the core
+FILTER_CACHE_BYTES = 4 << 20   # a filter this small stays in the last-level cache
 FILTER_HASHES = 3          # bits set per code: ~1.5% false positives at 12 bits per code
 FILTER_SCHEME = 2          # the filter's hash (snapshot meta "filter"; 1, or none: 4 bits of a
 #                            second multiply, refilled at load)
@@ -123,8 +123,8 @@ def filter_words(distinct: int) -> int:
     """uint64 words of the occupancy filter of ``distinct`` codes: :data:`FILTER_BITS_PER_CODE`
     bits per code, more (up to :data:`FILTER_MAX_BITS_PER_CODE`) while the filter fits
     :data:`FILTER_CACHE_BYTES`. A false positive walks the slots (a cache miss in a table of
-    megabytes, ~20x the filter's load), so below 2 MiB the filter's bytes buy misses at no cost
-    that counts (2 MiB at most); at 10M codes it keeps 1.5 bytes per code."""
+    megabytes, ~20x the filter's load), so below 4 MiB the filter's bytes buy fewer of them at
+    no cost that counts (4 MiB at most); from 2.8M codes on it keeps 1.5 bytes per code."""
     bits = max(FILTER_BITS_PER_CODE * distinct,
                min(FILTER_MAX_BITS_PER_CODE * distinct, 8 * FILTER_CACHE_BYTES))
     return max(1, math.ceil(bits / 64))

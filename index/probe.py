@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bucketsearch.index._jit import (clz64, compiled_entry, ctz64, cycle_counter, monotonic_ns,
-                                    njit, ns_per_tick)
+                                    njit, ns_per_tick, prefetch)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, OUTPUT_BUFFERS,
                                      PARALLEL_MIN_QUERIES, PROBE_CAP, STAT_FIELDS, WORD_DTYPE,
                                      IndexBase, ProbeLimitError,
@@ -43,8 +43,8 @@ class _Binding(NamedTuple):
     """A table and what its searches derive from it, in one attribute, so a search never pairs
     a table with another's arguments: the arguments of :func:`_range_word0_kernel` and
     :func:`_range_word_kernel` after the head (both the table's :meth:`ItemTable.lookup_args`
-    and its ids), those of :func:`_range_word_small` after the buffers (the code width first),
-    and the kernels' compiled entries for those arguments
+    and its ids), those of :func:`_range_word_small` after the buffers (the same; none unless
+    the codes have 64 bits), and the kernels' compiled entries for those arguments
     (:func:`bucketsearch.index.base.run_resumable`)."""
 
     table: ItemTable
@@ -113,7 +113,7 @@ def next_prefix(prefix, bits):
 
 
 @njit
-def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
+def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, ids, hits):
     """Probe the radius-r sphere of a one-word code (Q <= 64): ``(probes, nonempty)``.
 
     The r-bit masks are a prefix of r - 1 bits (enumerated with Gosper's hack: the next larger
@@ -125,6 +125,7 @@ def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
     if r == 0:
         b = find_word(q, words, slots, fp_bits, direct, bitmap)
         if b >= 0:
+            prefetch(ids, b)
             nonempty = _record_hit(b, hits, nonempty)
         return 1, nonempty
     one = np.uint64(1)
@@ -137,6 +138,7 @@ def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
             probes += 1
             b = find_word(base ^ bit, words, slots, fp_bits, direct, bitmap)
             if b >= 0:
+                prefetch(ids, b)  # its id, read when the radius is emitted
                 nonempty = _record_hit(b, hits, nonempty)
             bit <<= one
         prefix = next_prefix(prefix, bits)
@@ -288,7 +290,7 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             while True:
                 if W == 1:
                     probes, nonempty = _probe_radius_word(
-                        xq[qi, 0], r, bits, words, slots, fp_bits, direct, bitmap, hits)
+                        xq[qi, 0], r, bits, words, slots, fp_bits, direct, bitmap, ids, hits)
                 else:
                     probes, nonempty = _probe_radius_words(
                         xq[qi], r, bits, flip_word, flip_mask, cur, pos, words, slots, fp_bits,
@@ -426,7 +428,7 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slo
         for r in range(R + 1):
             seg = n_out
             probes, nonempty = _probe_radius_word(q, r, bits, words, slots, fp_bits, direct,
-                                                  bitmap, hits)
+                                                  bitmap, ids, hits)
             if nonempty > len(hits):
                 return qi, start, -1, nonempty
             for h in range(nonempty):
@@ -454,12 +456,12 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slo
 
 
 @njit
-def _range_word_small(xq, R, lims, out_d, out_i, hits, bits, words, slots, fp_bits, direct,
-                      bitmap, ids):
-    """Range search of a batch of one-word codes from its first query, without statistics or
+def _range_word_small(xq, R, lims, out_d, out_i, hits, words, slots, fp_bits, direct, bitmap,
+                      ids):
+    """Range search of a batch of 64-bit codes from its first query, without statistics or
     result cap: :func:`_range_word0_kernel` (``R = 0``) or :func:`_range_word_kernel`, for the
-    short way of :meth:`HammingIndex.range_search`. 13 arguments instead of 20 (each costs
-    ~50 ns to pass from Python: a third of a one-query call) and one int back: the results'
+    short way of :meth:`HammingIndex.range_search`. 12 arguments instead of 20 (each costs
+    ~30-50 ns to pass from Python, a one-query call ~2 us) and one int back: the results'
     count, or ``-1 - q`` when a buffer filled before query ``q`` (then ``lims[:q + 1]`` and
     the results before ``lims[q]`` are final)."""
     stats = np.empty((0, 0, 0), dtype=np.int64)
@@ -469,7 +471,7 @@ def _range_word_small(xq, R, lims, out_d, out_i, hits, bits, words, slots, fp_bi
                                              direct, bitmap, ids, 0, 0, lims, out_d, out_i,
                                              hits, stats, total_ns)
     else:
-        q, n_out, _, _ = _range_word_kernel(xq, R, bits, False, 1.0, NO_RESULT_CAP, words, slots,
+        q, n_out, _, _ = _range_word_kernel(xq, R, 64, False, 1.0, NO_RESULT_CAP, words, slots,
                                             fp_bits, direct, bitmap, ids, 0, 0, lims, out_d,
                                             out_i, hits, stats, total_ns)
     return n_out if q == xq.shape[0] else -1 - q
@@ -531,7 +533,7 @@ class HammingIndex(IndexBase):
     def table(self, table: ItemTable) -> None:
         """The table and its :class:`_Binding`."""
         args = (*table.lookup_args(), table.ids)
-        self._bound = _Binding(table, args, (self.bits, *args), {})
+        self._bound = _Binding(table, args, args if self.bits == 64 else (), {})
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "table": self.table.meta()}, self.table.arrays()
@@ -596,32 +598,37 @@ class HammingIndex(IndexBase):
             bound = self._bound
             entry = bound.compiled.get(_range_word_small)
             if entry is not None:
-                buf = OUTPUT_BUFFERS
-                out_d, out_i = buf.d, buf.i
-                lims = np.zeros(queries.shape[0] + 1, dtype=np.int64)
-                n = entry(queries, max_distance, lims, out_d, out_i, buf.hits, *bound.short_args)
-                if n >= 0:
-                    return lims, out_d[:n].copy(), out_i[:n].copy()
+                out_d, out_i, hits = OUTPUT_BUFFERS.all
+                lims = np.zeros(queries.shape[0] + 1, np.int64)
+                n = entry(queries, max_distance, lims, out_d, out_i, hits, *bound.short_args)
+                if n >= 0:  # (radius 0: distances 0, one numpy call less)
+                    return (lims, out_d[:n].copy() if max_distance else np.zeros(n, np.int32),
+                            out_i[:n].copy())
+                return self._range_rest(queries, max_distance, lims, -1 - n)
             return self._range_short(queries, max_distance)
         return IndexBase.range_search(self, queries, max_distance, stats, max_results)
 
     def _range_short(self, xq: np.ndarray, R: int):
         """Range search of one-word codes ``xq`` (C-contiguous) on the calling thread
         without statistics or cap: one call of :func:`_range_word_small` through its compiled
-        entry, into this thread's reusable buffers; when they fill, the queries left run the
-        resumable way (:meth:`_run_range_word`)."""
+        entry, into this thread's reusable buffers (:meth:`_range_rest` when they fill)."""
         bound = self._bound
-        buf = OUTPUT_BUFFERS
-        out_d, out_i = buf.d, buf.i
-        lims = np.zeros(xq.shape[0] + 1, dtype=np.int64)
+        out_d, out_i, hits = OUTPUT_BUFFERS.all
+        lims = np.zeros(xq.shape[0] + 1, np.int64)
         entry = bound.compiled.get(_range_word_small)
         if entry is None:
             entry = bound.compiled[_range_word_small] = compiled_entry(
-                _range_word_small, (xq, R, lims, out_d, out_i, buf.hits, *bound.short_args))
-        n = entry(xq, R, lims, out_d, out_i, buf.hits, *bound.short_args)
+                _range_word_small, (xq, R, lims, out_d, out_i, hits, *bound.short_args))
+        n = entry(xq, R, lims, out_d, out_i, hits, *bound.short_args)
         if n >= 0:
             return lims, out_d[:n].copy(), out_i[:n].copy()
-        q = -1 - n  # a buffer filled before query q
+        return self._range_rest(xq, R, lims, -1 - n)
+
+    def _range_rest(self, xq: np.ndarray, R: int, lims: np.ndarray, q: int):
+        """:meth:`_range_short` after a buffer filled before query ``q``: the results of the
+        queries before it (in this thread's buffers, ``lims[:q + 1]``) and those of the queries
+        left, run the resumable way (:meth:`_run_range_word`)."""
+        out_d, out_i, _ = OUTPUT_BUFFERS.all
         done = int(lims[q])
         head_d, head_i = out_d[:done].copy(), out_i[:done].copy()
         rest_lims, rest_d, rest_i = self._run_range_word(xq[q:], R, False, None)
