@@ -14,17 +14,18 @@ structure maps a code to ``lo``:
   ``p mod 2^32``. A slot holds ``((lo + 1) << fp_bits) | fingerprint``, 0 when empty; a probe
   compares fingerprints first and reads ``words[lo]`` only on a match, so a miss usually costs
   the slot loads of one cache line and no item load (``2^-fp_bits`` false matches per occupied
-  slot passed). Before the slots, ``bitmap``, an occupancy filter of ``FILTER_BITS_PER_CODE``
-  bits per distinct code (a blocked Bloom filter: four bits of one uint64 word,
-  :func:`filter_word_bits`), answers most misses with one load (~1% false positives): the
-  probes of radius >= 2 are nearly all misses, and a walk along the slots costs several times
-  the filter's load. Radius-0 lookups, mostly hits, skip it (:func:`probe_word`).
+  slot passed). Before the slots, ``bitmap``, an occupancy filter of 12 to 32 bits per
+  distinct code (:func:`filter_words`: the most while it fits 4 MiB; a blocked Bloom filter,
+  three bits of one uint64 word, :func:`filter_word_bits`), answers most misses with one load
+  (0.17% false positives at 32 bits, 1.5% at 12): the probes of radius >= 2 are nearly all
+  misses, and a walk along the slots costs several times the filter's load. Radius-0 lookups
+  of a batch skip it while its hits outnumber its misses (:func:`probe_word`).
 * **direct** (``bits <= 16``, or ``bits <= DIRECT_MAX_BITS`` with ``2^bits <= 2 * distinct``):
   ``slots`` ``(2^bits + 1,)`` bucket starts by code value (the same dtype), code ``c``'s items at
   ``starts[c]:starts[c + 1]`` (one load, no comparison).
 
-Bytes per item at 64 bits, every code distinct: 8 (codes) + 8 (ids) + ``4 * SLOTS_PER_CODE``
-(slots) + ``FILTER_BITS_PER_CODE / 8`` (filter) = 23.5. Only ``slots`` and ``bitmap`` are the
+Bytes per item at 64 bits, every code distinct, from 2.8M codes: 8 (codes) + 8 (ids) +
+``4 * SLOTS_PER_CODE`` (slots) + ``FILTER_BITS_PER_CODE / 8`` (filter) = 23.5. Only ``slots`` and ``bitmap`` are the
 table's own; ``words`` and ``ids`` are the items.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ SLOTS_PER_CODE = 1.5      # load factor 2/3: a hit passes ~2 slots (linear probi
 FILTER_BITS_PER_CODE = 12  # the occupancy filter's least size: 1.5 bytes per distinct code
 FILTER_MAX_BITS_PER_CODE = 32  # ... and its most, while it fits FILTER_CACHE_BYTES
 FILTER_CACHE_BYTES = 4 << 20   # a filter this small stays in the last-level cache
-FILTER_HASHES = 3          # bits set per code: ~1.5% false positives at 12 bits per code
+FILTER_HASHES = 3          # bits set per code (filter_word_bits)
 FILTER_SCHEME = 2          # the filter's hash (snapshot meta "filter"; 1, or none: 4 bits of a
 #                            second multiply, refilled at load)
 FP_MAX_BITS = 32          # the fraction of the range reduction has 32 bits
@@ -132,16 +133,15 @@ def filter_words(distinct: int) -> int:
 
 @njit(inline="always")
 def passes_filter(h, bitmap):
-    """Whether some code with hash ``h`` may be in the table (about 1% false positives at
-    :data:`FILTER_BITS_PER_CODE`; never a false negative)."""
+    """Whether some code with hash ``h`` may be in the table (never a false negative)."""
     f, bits = filter_word_bits(h, len(bitmap))
     return (bitmap[f] & bits) == bits
 
 
 @njit(inline="always")
 def probe_word(code, words, slots, fp_bits):
-    """:func:`find_word` of a hashed table without the filter (radius 0, where hits are the
-    common case and the filter's load would only add to them)."""
+    """:func:`find_word` of a hashed table without the filter (radius-0 lookups where hits are
+    the common case and the filter's load would only add to them)."""
     return _probe_slots(code * HASH_MULTIPLIER, code, words, slots, fp_bits)
 
 
