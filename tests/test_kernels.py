@@ -569,14 +569,20 @@ def test_merge_sorted_matches_sorting_the_union(codes, split, seed):
        seed=st.integers(0, 2**31))
 def test_hashed_table_finds_every_code_and_no_other(bits, n, spread, seed):
     """Hashed slots (wrap-around included: small tables, clustered homes) find
-    every bucket's code and nothing else (the twin: a dict of code -> bucket)."""
+    every bucket's code and nothing else (the twin: a dict of code -> bucket); the table's
+    counts agree with the twin's, direct tables (16 bits) too."""
     from bucketsearch.index.table import find_bucket
     rng = np.random.default_rng(seed)
     W = (bits + 63) // 64
     top = 2**min(bits, 63)
     codes = rng.integers(0, min(top, 2**spread), (n, W), dtype=np.uint64)
     codes[:, 0] |= np.uint64(top >> 1) if bits < 64 and n % 2 else np.uint64(0)
+    small = BucketTable.build(16, codes[:, :1] & np.uint64(0xFFFF), np.arange(n))
+    assert small.direct and small.ntotal == n
+    assert (np.sort(small.slots[small.slots >= 0]) == np.arange(small.distinct_codes)).all()
     table = BucketTable.build(bits, codes, np.arange(n))
+    assert table.ntotal == n and table.bucket_sizes().sum() == n
+    assert table.memory_bytes() == sum(a.nbytes for a in table.arrays().values())
     if table.direct:
         return
     twin = {tuple(c): b for b, c in enumerate(table.codes.tolist())}
