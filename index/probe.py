@@ -589,7 +589,7 @@ class HammingIndex(IndexBase):
         statistics or cap, run on the calling thread (fewer than :data:`PARALLEL_MIN_QUERIES`
         queries, or ``threads = 1``): those checks in a few comparisons, then
         :meth:`_range_short` (a one-query call was 2.7x a bare Numba call of a minimal probe,
-        mostly Python: bench/RESULTS.md section 26)."""
+        mostly Python: bench/RESULTS.md section 27)."""
         if (stats is False and max_results is None and type(max_distance) is int
                 and 0 <= max_distance <= self._short_radius and type(queries) is np.ndarray
                 and queries.dtype is WORD_DTYPE and queries.strides == _ROW_STRIDES
