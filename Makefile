@@ -20,7 +20,8 @@ KERNEL_SKIP := tests/test_engine.py::test_largest_balls_exact[128-4] \
 	tests/test_engine.py::test_largest_balls_exact[256-4] \
 	tests/test_planner.py::test_calibration_and_prediction \
 	tests/test_planner.py::test_auto_matches_scan
-KERNEL_MODULES := index/_jit.py index/kernels.py index/table.py index/probe.py index/mih.py index/mih_tables.py \
+KERNEL_MODULES := index/_jit.py index/kernels.py index/table.py index/item_table.py \
+	index/probe.py index/mih.py index/mih_tables.py \
 	index/scan.py index/planner.py index/codes.py index/metrics/histogram.py index/metrics/ranking.py
 KERNEL_COVERAGE_MIN := 91
 KERNEL_EXAMPLES := 3

@@ -13,7 +13,12 @@ and radius 0..3, single thread (``threads = 1``, ``faiss.omp_set_num_threads(1)`
 * **single call**: p50 wall time of ``range_search`` of one query (``--single`` calls per mode,
   in process, interleaved rounds), beside the target ``3 x batch per query + 2 us``, and as a
   reference the same call to FAISS ``IndexBinaryHash`` (r = 0) / ``MultiHash 2x32`` (r = 1);
-  per data set, the p50 of a one-query ``search(q, 1)`` (k-NN) of each mode.
+  per data set, the p50 of a one-query ``search(q, 1)`` (k-NN) of each mode;
+* **the floors** (issue 28 item 7), both written here: the batch at radius 0 against the
+  minimal probe (one hash, one 16-byte load: :class:`FloorProbe`; target 1.5x), and the
+  one-query call (the index's method, Python entry) against a bare call of the Numba
+  function of that probe (``floor bare``, given the query's word; targets 1.5x at r = 0,
+  2x at r = 1, 2).
 
 Every result set is checked: our modes identical to each other (``lims, D, I``), FAISS and the
 floor the same sets of ids per query. Queries: database codes with ``i mod 4`` random bits
@@ -46,28 +51,36 @@ from bucketsearch.index.synth import clustered_codes, queries_near, uniform_code
 from bucketsearch.index.factory import make_index
 
 MODES = ("single", "mih", "auto")
+WORD_ARGS = ("floor bare",)  # one-query calls given the query's word, not a (1, W) row
+#: issue 28 item 7: batch radius 0 / the floor probe; one-query p50 / the floor's bare call
+FLOOR_TARGETS = {"batch r=0": 1.5, 0: 1.5, 1: 2.0, 2: 2.0}
 RADII = (0, 1, 2, 3)
 FAISS_MULTI = ((2, 32), (3, 21), (4, 16))
 
 
 # ----------------------------------------------------------------------------- the floor
 
+FLOOR_EMPTY = np.uint64(2**64 - 1)  # an empty entry's bucket
+
+
 @numba.njit(cache=True, nogil=True)
-def _floor_fill(keys, vals, codes, shift):
-    mask = np.uint64(len(keys) - 1)
+def _floor_fill(entries, codes, shift):
+    mask = np.uint64(len(entries) - 1)
     for b in range(len(codes)):
         s = (codes[b] * np.uint64(0x9E3779B97F4A7C15)) >> shift
-        while vals[s] >= 0:
+        while entries[s, 1] != FLOOR_EMPTY:
             s = (s + np.uint64(1)) & mask
-        keys[s] = codes[b]
-        vals[s] = b
+        entries[s, 0] = codes[b]
+        entries[s, 1] = b
 
 
 @numba.njit(cache=True, nogil=True)
-def _floor_probe(xq, keys, vals, shift, offsets, ids):
-    """Radius 0 by one open-addressing lookup per query: ``(counts, I)``."""
+def _floor_probe(xq, entries, shift, offsets, ids):
+    """Radius 0 by one open-addressing lookup per query (one hash, one load: an entry holds
+    the code and its bucket, 16 bytes of one cache line), then the bucket's ids: ``(counts,
+    I)``."""
     nq = len(xq)
-    mask = np.uint64(len(keys) - 1)
+    mask = np.uint64(len(entries) - 1)
     counts = np.zeros(nq, dtype=np.int64)
     out = np.empty(max(nq, 16), dtype=np.int64)
     n = 0
@@ -75,10 +88,10 @@ def _floor_probe(xq, keys, vals, shift, offsets, ids):
         q = xq[qi]
         s = (q * np.uint64(0x9E3779B97F4A7C15)) >> shift
         while True:
-            b = vals[s]
-            if b < 0:
+            b = entries[s, 1]
+            if b == FLOOR_EMPTY:
                 break
-            if keys[s] == q:
+            if entries[s, 0] == q:
                 lo, hi = offsets[b], offsets[b + 1]
                 if n + hi - lo > len(out):
                     grown = np.empty(2 * (n + hi - lo), dtype=np.int64)
@@ -94,8 +107,10 @@ def _floor_probe(xq, keys, vals, shift, offsets, ids):
 
 
 class FloorProbe:
-    """The minimal exact-match index: distinct codes in an open-addressing table (load <= 1/2),
-    each bucket's ids a CSR run sorted by id."""
+    """The minimal exact-match index: the distinct codes in an open-addressing table (load
+    <= 1/2) of 16-byte entries (code, bucket), each bucket's ids a CSR run sorted by id.
+    :meth:`search` is the batch floor; :meth:`bare` the one-query floor, a call of the Numba
+    function itself (no Python around it)."""
 
     def __init__(self, words: np.ndarray):
         codes = np.ascontiguousarray(words[:, 0])
@@ -107,12 +122,18 @@ class FloorProbe:
         uniq = sorted_codes[first]
         size = 1 << max(4, int(2 * len(uniq)).bit_length())
         self.shift = np.uint64(64 - (size.bit_length() - 1))
-        self.keys = np.zeros(size, dtype=np.uint64)
-        self.vals = np.full(size, -1, dtype=np.int32)
-        _floor_fill(self.keys, self.vals, uniq, self.shift)
+        self.entries = np.zeros((size, 2), dtype=np.uint64)
+        self.entries[:, 1] = FLOOR_EMPTY
+        _floor_fill(self.entries, uniq, self.shift)
 
     def search(self, q1: np.ndarray):
-        return _floor_probe(q1, self.keys, self.vals, self.shift, self.offsets, self.ids)
+        return _floor_probe(q1, self.entries, self.shift, self.offsets, self.ids)
+
+    def bare(self):
+        """``fn(q)``: the bare Numba call of the probe for one query ``q`` (a ``(1,)`` uint64
+        array of its word)."""
+        entries, shift, offsets, ids = self.entries, self.shift, self.offsets, self.ids
+        return lambda q: _floor_probe(q, entries, shift, offsets, ids)
 
 
 # ----------------------------------------------------------------------------- another checkout
@@ -163,16 +184,19 @@ def best_times(fns: dict, rounds: int, min_time: float = 0.0) -> dict:
 
 
 def single_call_p50(fns: dict, queries: np.ndarray, rounds: int = 3) -> dict:
-    """p50 wall ns of one-query calls ``fn(q)`` (``q`` a ``(1, W)`` row), interleaved rounds."""
+    """p50 wall ns of one-query calls ``fn(q)``, interleaved rounds: ``q`` a ``(1, W)`` row,
+    or for the names in :data:`WORD_ARGS` a ``(1,)`` array of its first word (made before the
+    clock starts)."""
     rows = [queries[i:i + 1] for i in range(len(queries))]
+    words = [np.ascontiguousarray(queries[i, :1]) for i in range(len(queries))]
     times = {name: [] for name in fns}
     for name, fn in fns.items():  # warm
-        fn(rows[0])
+        fn(words[0] if name in WORD_ARGS else rows[0])
     clock = time.perf_counter_ns
     for _ in range(rounds):
         for name, fn in fns.items():
             acc = times[name]
-            for q in rows:
+            for q in (words if name in WORD_ARGS else rows):
                 t = clock()
                 fn(q)
                 acc.append(clock() - t)
@@ -278,8 +302,7 @@ def bench_dataset(name, xb, args, old_make):
                      for mode, ix in ours.items()})
         sfns.update({"old " + mode: (lambda q, ix=ix: ix.range_search(q, r))
                      for mode, ix in old.items()})
-        if r == 0:
-            sfns["floor"] = lambda q: floor.search(q[:, 0])
+        sfns["floor bare"] = floor.bare()
         if r <= 1:  # the fastest FAISS index for one query, as a reference (not a target)
             nh_f = "faiss_hash" if r == 0 else "faiss_mh_2x32"
             sfns[nh_f] = lambda q, f=fx[nh_f]: f.range_search(to_packed(q, bits), r + 1)
@@ -325,6 +348,17 @@ def report_cell(name, r, c, args):
     print("  target p50 <= 3 x batch + 2 us: " + "  ".join(
         f"{m} {us(3 * c[m] + 2000)} ({'met' if c['p50 ' + m] <= 3 * c[m] + 2000 else 'not met'})"
         for m in MODES))
+    met = lambda x, t: "met" if x <= t else "not met"  # noqa: E731
+    if "floor" in c:
+        t = FLOOR_TARGETS["batch r=0"]
+        print(f"  floor, batch r=0 / floor probe (target <= {t}): " + "  ".join(
+            f"{m} {c[m] / c['floor']:.2f} ({met(c[m] / c['floor'], t)})" for m in MODES))
+    if r in FLOOR_TARGETS:
+        t, bare = FLOOR_TARGETS[r], c["p50 floor bare"]
+        print(f"  floor, one-query p50 / bare Numba call of the floor probe ({us(bare)} us; "
+              f"target <= {t}): " + "  ".join(
+                  f"{m} {c['p50 ' + m] / bare:.2f} ({met(c['p50 ' + m] / bare, t)})"
+                  for m in MODES))
 
 
 def main():

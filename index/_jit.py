@@ -1,4 +1,4 @@
-"""Numba flags in one place, and the two intrinsics every kernel uses.
+"""Numba flags in one place, and the intrinsics the kernels use.
 
 * ``popcount64(x)``: number of set bits of a uint64 (LLVM ``ctpop``, one POPCNT instruction).
 * ``ctz64(x)``, ``clz64(x)``: trailing / leading zero bits of a uint64 (LLVM ``cttz``/``ctlz``).
@@ -12,6 +12,8 @@
   itself costs about 6 ns instead of 25. The small-radius kernels use it; requires a constant,
   synchronized TSC (Linux's ``tsc`` clock source); elsewhere :func:`ns_per_tick` still
   calibrates it against ``time.perf_counter_ns``.
+* ``prefetch(arr, i)``: a hint to load the cache line of ``arr.flat[i]`` (LLVM ``prefetch``),
+  for loops that look up a batch of addresses before reading them.
 """
 from __future__ import annotations
 
@@ -156,7 +158,7 @@ def ns_per_tick() -> float:
 
 
 def _python_twins():
-    """The four intrinsics as plain Python, same result types: with ``NUMBA_DISABLE_JIT=1``
+    """The intrinsics as plain Python, same result types: with ``NUMBA_DISABLE_JIT=1``
     every kernel runs as Python (``make coverage-kernels`` measures the kernel bodies that
     way), and an intrinsic cannot run there."""
     import time

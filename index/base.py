@@ -324,6 +324,7 @@ class _OutputBuffers(threading.local):
         self.d = np.empty(OUTPUT_BUFFER_START, dtype=np.int32)
         self.i = np.empty(OUTPUT_BUFFER_START, dtype=np.int64)
         self.hits = np.empty(OUTPUT_BUFFER_START, dtype=np.int64)
+        self.all = (self.d, self.i, self.hits)  # one thread-local load for all three
 
     def grow(self, n_out: int) -> None:
         """Twice the room, the first ``n_out`` entries kept."""
@@ -331,6 +332,12 @@ class _OutputBuffers(threading.local):
         d, i = np.empty(size, dtype=np.int32), np.empty(size, dtype=np.int64)
         d[:n_out], i[:n_out] = self.d[:n_out], self.i[:n_out]
         self.d, self.i = d, i
+        self.all = (d, i, self.hits)
+
+    def grow_hits(self, need: int) -> None:
+        """Room for ``need`` hits (twice that)."""
+        self.hits = np.empty(2 * need, dtype=np.int64)
+        self.all = (self.d, self.i, self.hits)
 
     def shrink(self) -> None:
         """Give back a buffer a large search grew past :data:`OUTPUT_BUFFER_KEEP` entries."""
@@ -340,8 +347,10 @@ class _OutputBuffers(threading.local):
 
 OUTPUT_BUFFER_START = 4096
 OUTPUT_BUFFER_KEEP = 1 << 20
-_BUFFERS = _OutputBuffers()
-_WORD = np.dtype(np.uint64)  # native byte order
+#: this thread's result buffers (a search copies out what it returns)
+OUTPUT_BUFFERS = _BUFFERS = _OutputBuffers()
+#: the dtype of code words (native byte order)
+WORD_DTYPE = _WORD = np.dtype(np.uint64)
 _NO_STATS = np.zeros((0, 0, 0), dtype=np.int64)
 _NO_NS = np.zeros(0, dtype=np.int64)
 
@@ -385,7 +394,7 @@ def run_resumable(kernel, xq: np.ndarray, width: int, with_stats: bool, rows: in
     grown = q < nq and reached < 0
     while q < nq and reached < 0:
         if need:
-            buf.hits = np.empty(2 * need, dtype=np.int64)
+            buf.grow_hits(need)
         else:
             buf.grow(n_out)
         out_d, out_i, hits = buf.d, buf.i, buf.hits

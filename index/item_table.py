@@ -14,17 +14,18 @@ structure maps a code to ``lo``:
   ``p mod 2^32``. A slot holds ``((lo + 1) << fp_bits) | fingerprint``, 0 when empty; a probe
   compares fingerprints first and reads ``words[lo]`` only on a match, so a miss usually costs
   the slot loads of one cache line and no item load (``2^-fp_bits`` false matches per occupied
-  slot passed). Before the slots, ``bitmap``, an occupancy filter of ``FILTER_BITS_PER_CODE``
-  bits per distinct code (a blocked Bloom filter: four bits of one uint64 word,
-  :func:`filter_word_bits`), answers most misses with one load (~1% false positives): the
-  probes of radius >= 2 are nearly all misses, and a walk along the slots costs several times
-  the filter's load. Radius-0 lookups, mostly hits, skip it (:func:`probe_word`).
+  slot passed). Before the slots, ``bitmap``, an occupancy filter of 12 to 32 bits per
+  distinct code (:func:`filter_words`: the most while it fits 4 MiB; a blocked Bloom filter,
+  three bits of one uint64 word, :func:`filter_word_bits`), answers most misses with one load
+  (0.17% false positives at 32 bits, 1.5% at 12): the probes of radius >= 2 are nearly all
+  misses, and a walk along the slots costs several times the filter's load. Radius-0 lookups
+  of a batch skip it while its hits outnumber its misses (:func:`probe_word`).
 * **direct** (``bits <= 16``, or ``bits <= DIRECT_MAX_BITS`` with ``2^bits <= 2 * distinct``):
   ``slots`` ``(2^bits + 1,)`` bucket starts by code value (the same dtype), code ``c``'s items at
   ``starts[c]:starts[c + 1]`` (one load, no comparison).
 
-Bytes per item at 64 bits, every code distinct: 8 (codes) + 8 (ids) + ``4 * SLOTS_PER_CODE``
-(slots) + ``FILTER_BITS_PER_CODE / 8`` (filter) = 23.5. Only ``slots`` and ``bitmap`` are the
+Bytes per item at 64 bits, every code distinct, from 2.8M codes: 8 (codes) + 8 (ids) +
+``4 * SLOTS_PER_CODE`` (slots) + ``FILTER_BITS_PER_CODE / 8`` (filter) = 23.5. Only ``slots`` and ``bitmap`` are the
 table's own; ``words`` and ``ids`` are the items.
 """
 from __future__ import annotations
@@ -39,9 +40,12 @@ from bucketsearch.index.table import HASH_MULTIPLIER, hash_words, sort_items
 
 DIRECT_MAX_BITS = 24
 SLOTS_PER_CODE = 1.5      # load factor 2/3: a hit passes ~2 slots (linear probing), a miss ~5
-FILTER_BITS_PER_CODE = 12  # the occupancy filter: 1.5 bytes per distinct code
-FILTER_HASHES = 4          # bits set per code: ~1% false positives at 12 bits per code
-FILTER_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)  # odd; the filter's bit positions
+FILTER_BITS_PER_CODE = 12  # the occupancy filter's least size: 1.5 bytes per distinct code
+FILTER_MAX_BITS_PER_CODE = 32  # ... and its most, while it fits FILTER_CACHE_BYTES
+FILTER_CACHE_BYTES = 4 << 20   # a filter this small stays in the last-level cache
+FILTER_HASHES = 3          # bits set per code (filter_word_bits)
+FILTER_SCHEME = 2          # the filter's hash (snapshot meta "filter"; 1, or none: 4 bits of a
+#                            second multiply, refilled at load)
 FP_MAX_BITS = 32          # the fraction of the range reduction has 32 bits
 
 
@@ -55,10 +59,11 @@ def home_and_fingerprint(h, n_slots, fp_bits):
     return p >> np.uint64(32), fp
 
 
-@njit(inline="always")
+@njit
 def _probe_slots(h, code, words, slots, fp_bits):
     """Linear probing from the home of hash ``h`` for one-word ``code``: its first position
-    or -1."""
+    or -1. Not inlined by numba (LLVM decides): inlined into the probing loops of radius >= 1,
+    whose probes the filter nearly always ends first, it measured 4x slower a probe."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
     s, fp = home_and_fingerprint(h, n_slots, fpb)
@@ -76,7 +81,7 @@ def _probe_slots(h, code, words, slots, fp_bits):
             s = np.uint64(0)
 
 
-@njit(inline="always")
+@njit
 def _probe_rows(h, cur, W, words, slots, fp_bits):
     """:func:`_probe_slots` for code ``cur`` of ``W`` words."""
     n_slots = np.uint64(len(slots))
@@ -104,29 +109,39 @@ def _probe_rows(h, cur, W, words, slots, fp_bits):
 @njit(inline="always")
 def filter_word_bits(h, n_words):
     """Occupancy filter of hash ``h`` (a blocked Bloom filter of ``n_words`` uint64): the word
-    ``((h >> 32) * n_words) >> 32`` and the :data:`FILTER_HASHES` bits it sets there, 6 bits
-    each from the top of ``g = h * FILTER_MULTIPLIER`` (a second hash: the low bits of ``h``
-    depend on the low bits of the code alone)."""
+    ``((h >> 32) * n_words) >> 32`` (the top bits of ``h``) and the :data:`FILTER_HASHES` bits
+    it sets there, at positions ``(h >> 20) mod 64``, ``(h >> 26) mod 64``, ``(h >> 32) mod 64``
+    (the middle bits, which the word hardly depends on: no second multiply on the miss path,
+    where it cost ~0.5 ns of a 4 ns probe)."""
     one = np.uint64(1)
     six = np.uint64(63)
-    g = h * FILTER_MULTIPLIER
-    bits = (one << (g >> np.uint64(58))) | (one << ((g >> np.uint64(52)) & six)) | \
-        (one << ((g >> np.uint64(46)) & six)) | (one << ((g >> np.uint64(40)) & six))
+    bits = (one << ((h >> np.uint64(20)) & six)) | (one << ((h >> np.uint64(26)) & six)) | \
+        (one << ((h >> np.uint64(32)) & six))
     return ((h >> np.uint64(32)) * np.uint64(n_words)) >> np.uint64(32), bits
+
+
+def filter_words(distinct: int) -> int:
+    """uint64 words of the occupancy filter of ``distinct`` codes: :data:`FILTER_BITS_PER_CODE`
+    bits per code, more (up to :data:`FILTER_MAX_BITS_PER_CODE`) while the filter fits
+    :data:`FILTER_CACHE_BYTES`. A false positive walks the slots (a cache miss in a table of
+    megabytes, ~20x the filter's load), so below 4 MiB the filter's bytes buy fewer of them at
+    no cost that counts (4 MiB at most); from 2.8M codes on it keeps 1.5 bytes per code."""
+    bits = max(FILTER_BITS_PER_CODE * distinct,
+               min(FILTER_MAX_BITS_PER_CODE * distinct, 8 * FILTER_CACHE_BYTES))
+    return max(1, math.ceil(bits / 64))
 
 
 @njit(inline="always")
 def passes_filter(h, bitmap):
-    """Whether some code with hash ``h`` may be in the table (about 1% false positives at
-    :data:`FILTER_BITS_PER_CODE`; never a false negative)."""
+    """Whether some code with hash ``h`` may be in the table (never a false negative)."""
     f, bits = filter_word_bits(h, len(bitmap))
     return (bitmap[f] & bits) == bits
 
 
 @njit(inline="always")
 def probe_word(code, words, slots, fp_bits):
-    """:func:`find_word` of a hashed table without the filter (radius 0, where hits are the
-    common case and the filter's load would only add to them)."""
+    """:func:`find_word` of a hashed table without the filter (radius-0 lookups where hits are
+    the common case and the filter's load would only add to them)."""
     return _probe_slots(code * HASH_MULTIPLIER, code, words, slots, fp_bits)
 
 
@@ -207,6 +222,18 @@ def _fill_slots(words, starts, slots, fp_bits, bitmap):
 
 
 @njit
+def _fill_filter(words, starts, bitmap):
+    """The occupancy filter of the codes at run starts ``starts`` (a snapshot's filter of an
+    older :data:`FILTER_SCHEME`, filled again at load)."""
+    W = words.shape[1]
+    for b in range(len(starts)):
+        lo = starts[b]
+        h = words[lo, 0] * HASH_MULTIPLIER if W == 1 else hash_words(words[lo], W)
+        f, bits = filter_word_bits(h, len(bitmap))
+        bitmap[f] |= bits
+
+
+@njit
 def _fill_direct(words, starts):
     """Bucket starts by code value (one-word codes, ``starts`` zeroed, ``2^bits + 1``)."""
     n = words.shape[0]
@@ -277,18 +304,24 @@ class ItemTable:
             return cls(bits, words, ids, slots, np.zeros(1, np.uint64), 0, True, distinct)
         dtype, fp_bits = layout or slot_layout(n)
         slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * distinct)), dtype=dtype)
-        bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * distinct / 64)),
-                          dtype=np.uint64)
+        bitmap = np.zeros(filter_words(distinct), dtype=np.uint64)
         _fill_slots(words, starts, slots, fp_bits, bitmap)
         return cls(bits, words, ids, slots, bitmap, fp_bits, False, distinct)
 
     @classmethod
     def from_arrays(cls, bits: int, arrays: dict, meta: dict) -> ItemTable:
-        return cls(bits, arrays["words"], arrays["ids"], arrays["slots"], arrays["bitmap"],
-                   meta["fp_bits"], meta["direct"], meta["distinct"])
+        """The table of a snapshot's arrays and :meth:`meta`; a hashed table's filter of an
+        older :data:`FILTER_SCHEME` is filled again (one pass over the items)."""
+        words, bitmap = arrays["words"], arrays["bitmap"]
+        if not meta["direct"] and meta.get("filter", 1) != FILTER_SCHEME:
+            bitmap = np.zeros(filter_words(meta["distinct"]), dtype=np.uint64)
+            _fill_filter(words, run_starts(words), bitmap)
+        return cls(bits, words, arrays["ids"], arrays["slots"], bitmap, meta["fp_bits"],
+                   meta["direct"], meta["distinct"])
 
     def meta(self) -> dict:
-        return {"fp_bits": self.fp_bits, "direct": self.direct, "distinct": self.distinct_codes}
+        return {"fp_bits": self.fp_bits, "direct": self.direct, "distinct": self.distinct_codes,
+                "filter": FILTER_SCHEME}
 
     def arrays(self) -> dict:
         return {name: getattr(self, name) for name in self.ARRAYS}

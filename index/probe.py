@@ -20,31 +20,36 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bucketsearch.index._jit import (clz64, ctz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
-                                    popcount64)
-from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, PARALLEL_MIN_QUERIES,
-                                     PROBE_CAP, STAT_FIELDS, IndexBase, ProbeLimitError,
+from bucketsearch.index._jit import (clz64, compiled_entry, ctz64, cycle_counter, monotonic_ns,
+                                    njit, ns_per_tick, prefetch)
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, OUTPUT_BUFFERS,
+                                     PARALLEL_MIN_QUERIES, PROBE_CAP, STAT_FIELDS, WORD_DTYPE,
+                                     IndexBase, ProbeLimitError,
                                      ResultLimitError, SearchStats, check_max_results, csr_to_knn,
                                      probe_counts, raise_if_over, raise_if_reached, run_chunked,
                                      run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
-                                        counting_sort, grow, hamming, record_radius, sort_run)
+                                        counting_sort, grow, record_radius, sort_run)
 from bucketsearch.index.item_table import ItemTable, find_row, find_word, probe_word, run_end
+from bucketsearch.index.scan import _collect
 from bucketsearch.index.table import sort_items
 
 N_STAT_FIELDS = len(STAT_FIELDS)
+_ROW_STRIDES = (8, 8)  # a C-contiguous (nq, 1) uint64 array's
 
 
 class _Binding(NamedTuple):
     """A table and what its searches derive from it, in one attribute, so a search never pairs
     a table with another's arguments: the arguments of :func:`_range_word0_kernel` and
     :func:`_range_word_kernel` after the head (both the table's :meth:`ItemTable.lookup_args`
-    and its ids), and the kernels' compiled entries for those arguments
+    and its ids), those of :func:`_range_word_small` after the buffers (the same; none unless
+    the codes have 64 bits), and the kernels' compiled entries for those arguments
     (:func:`bucketsearch.index.base.run_resumable`)."""
 
     table: ItemTable
     args: tuple
+    short_args: tuple
     compiled: dict
 
 __all__ = ["DEFAULT_MAX_PROBES", "NO_RESULT_CAP", "PARALLEL_MIN_QUERIES", "PROBE_CAP",
@@ -108,7 +113,7 @@ def next_prefix(prefix, bits):
 
 
 @njit
-def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
+def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, ids, hits):
     """Probe the radius-r sphere of a one-word code (Q <= 64): ``(probes, nonempty)``.
 
     The r-bit masks are a prefix of r - 1 bits (enumerated with Gosper's hack: the next larger
@@ -120,6 +125,7 @@ def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
     if r == 0:
         b = find_word(q, words, slots, fp_bits, direct, bitmap)
         if b >= 0:
+            prefetch(ids, b)
             nonempty = _record_hit(b, hits, nonempty)
         return 1, nonempty
     one = np.uint64(1)
@@ -132,6 +138,7 @@ def _probe_radius_word(q, r, bits, words, slots, fp_bits, direct, bitmap, hits):
             probes += 1
             b = find_word(base ^ bit, words, slots, fp_bits, direct, bitmap)
             if b >= 0:
+                prefetch(ids, b)  # its id, read when the radius is emitted
                 nonempty = _record_hit(b, hits, nonempty)
             bit <<= one
         prefix = next_prefix(prefix, bits)
@@ -187,56 +194,41 @@ def _same_row(words, i, j, W):
 @njit
 def _finish_by_scan(xq, qi, r, k, found, max_radius, words, ids, hist, fill, stats, out_i,
                     out_d, n_out):
-    """k-NN fallback: rank the items by distance instead of probing radius ``r`` on (every
-    item's distance computed twice, for the histogram then for the emission: reusing the
-    distance of an equal previous row, or storing the distances, measured slower than the
-    popcounts they save).
+    """k-NN fallback: rank the items by distance instead of probing radius ``r`` on.
 
-    Buckets at distance ``r..max_radius`` are taken, radius by radius, until ``k`` items are
-    found in all (the last radius complete, so ties stay exact by (distance, id)); their items
-    are emitted by :func:`bucketsearch.index.kernels.counting_sort`. Per radius the statistics
-    record ``probes = 0``, the buckets and items found there. Returns the output buffers, their
-    length and the last radius. (The candidate scratch is allocated here, once per fallback:
-    a buffer carried through the kernel's query loop costs every query its refcounting.)
+    One pass over the items with a running cut-off (:func:`bucketsearch.index.scan._collect`:
+    the least distance within which ``k`` items lie, lowered as closer items arrive, so the
+    pass is one popcount and a predictable branch per item) keeps the items within it; those
+    at distance ``r..cut`` (the ``found`` items closer than ``r`` were emitted by the probes)
+    are emitted by :func:`bucketsearch.index.kernels.counting_sort`, every radius to the cut
+    complete, so ties stay exact by (distance, id). Per radius the statistics record
+    ``probes = 0``, the buckets and items found there. Returns the output buffers, their
+    length and the last radius. (The scratch is allocated here, once per fallback: a buffer
+    carried through the kernel's query loop costs every query its refcounting.)
     """
-    n, W = words.shape
+    W = words.shape[1]
+    sel = np.empty(4096, dtype=np.int64)
+    sel_d = np.empty(4096, dtype=np.int32)
+    while True:
+        kept, cut = _collect(xq, qi, words, max_radius, k, sel, sel_d, NO_RESULT_CAP)
+        if kept <= len(sel):
+            break
+        sel = np.empty(2 * kept, dtype=np.int64)  # rare: many ties within the cut-off
+        sel_d = np.empty(2 * kept, dtype=np.int32)
     hist[:] = 0
-    if W == 1:  # four histograms, so equal successive distances do not wait on one counter
-        q = xq[qi, 0]
-        h4 = np.zeros((4, len(hist)), dtype=np.int64)
-        for i in range(0, n - 3, 4):
-            h4[0, popcount64(q ^ words[i, 0])] += 1
-            h4[1, popcount64(q ^ words[i + 1, 0])] += 1
-            h4[2, popcount64(q ^ words[i + 2, 0])] += 1
-            h4[3, popcount64(q ^ words[i + 3, 0])] += 1
-        for i in range(n - n % 4, n):
-            h4[0, popcount64(q ^ words[i, 0])] += 1
-        for d in range(len(hist)):
-            hist[d] = h4[0, d] + h4[1, d] + h4[2, d] + h4[3, d]
-    else:
-        for i in range(n):
-            hist[hamming(xq, qi, words, i, W)] += 1
-    for d in range(r):
-        hist[d] = 0
-    cut = r
-    acc = hist[r]
-    while found + acc < k and cut < max_radius:
-        cut += 1
-        acc += hist[cut]
-    cand_d = np.empty(acc, dtype=np.int32)
-    cand_p = np.empty(acc, dtype=np.int64)
-    c = 0
-    for i in range(n):
-        d = hamming(xq, qi, words, i, W)
+    for t in range(kept):
+        d = sel_d[t]
         if r <= d <= cut:
+            hist[d] += 1
+            i = sel[t]  # positions ascend: a code's run of items is kept whole
             if i == 0 or not _same_row(words, i, i - 1, W):
                 stats[NONEMPTY, qi, d] += 1
-            cand_d[c] = d
-            cand_p[c] = i
-            c += 1
+    acc = 0
+    for d in range(r, cut + 1):
+        acc += hist[d]
     out_i = grow(out_i, n_out + acc)
     out_d = grow(out_d, n_out + acc)
-    total = counting_sort(cand_d, cand_p, c, ids, hist, r, cut, fill, out_d, out_i, n_out)
+    total = counting_sort(sel_d, sel, kept, ids, hist, r, cut, fill, out_d, out_i, n_out)
     for d in range(r, cut + 1):
         stats[ITEMS, qi, d] = hist[d]
     return out_i, out_d, n_out + total, cut
@@ -298,7 +290,7 @@ def _probe_kernel(xq, bits, flip_word, flip_mask, per_radius, max_radius, k, max
             while True:
                 if W == 1:
                     probes, nonempty = _probe_radius_word(
-                        xq[qi, 0], r, bits, words, slots, fp_bits, direct, bitmap, hits)
+                        xq[qi, 0], r, bits, words, slots, fp_bits, direct, bitmap, ids, hits)
                 else:
                     probes, nonempty = _probe_radius_words(
                         xq[qi], r, bits, flip_word, flip_mask, cur, pos, words, slots, fp_bits,
@@ -341,20 +333,25 @@ def _lookup_words(xq, q_start, words, slots, fp_bits, direct, bitmap, hits, lims
                   ticks):
     """Radius-0 lookups of queries ``q_start..``: ``hits[qi]`` the first position of the
     query's bucket (-1: none), ``lims[qi + 1]`` its size and, ``with_clock``, ``ticks[qi]`` the
-    clock after the lookup (a hashed table's slots read without the filter: hits are the
-    common case at radius 0). Returns the sizes' sum. A loop with no exit and no store but these:
-    written like this the lookups of successive queries overlap; with an early return, a
-    ``clock_gettime`` call or a statistics row in the loop, even on branches not taken, it
-    measured 40-45 ns a query."""
+    clock after the lookup. Returns the sizes' sum.
+
+    A hashed table's filter is read while the batch's misses outnumber its hits (a miss then
+    costs one load of the filter instead of a walk along the slots: 17% less a query at 3
+    misses in 4), not while hits do (the filter's load only adds to a hit's: 40% more a query
+    when all hit). A loop with no exit and no store but these: written like this the lookups
+    of successive queries overlap; with an early return, a ``clock_gettime`` call or a
+    statistics row in the loop, even on branches not taken, it measured 40-45 ns a query."""
     total = 0
+    found = 0
     for qi in range(q_start, xq.shape[0]):
         size = 0
-        if direct:
+        if direct or 2 * found < qi - q_start:
             h = find_word(xq[qi, 0], words, slots, fp_bits, direct, bitmap)
         else:
             h = probe_word(xq[qi, 0], words, slots, fp_bits)
         if h >= 0:
             size = run_end(words, h) - h
+            found += 1
         hits[qi] = h
         lims[qi + 1] = size
         total += size
@@ -382,22 +379,22 @@ def _range_word0_kernel(xq, with_stats, tick_ns, max_results, words, slots, fp_b
     if n_out + total > len(out_i):
         return q_start, n_out, -1, 0
     t_copy = cycle_counter() if with_stats else 0
+    first = n_out
     for qi in range(q_start, nq):
         h = hits[qi]
-        start = n_out
-        if h >= 0:
-            for t in range(h, h + lims[qi + 1]):
-                out_i[n_out] = ids[t]
-                out_d[n_out] = 0
-                n_out += 1
+        size = lims[qi + 1]  # 0 when h < 0
+        for t in range(size):
+            out_i[n_out + t] = ids[h + t]
+        n_out += size
         lims[qi + 1] = n_out
         if with_stats:
-            record_radius(stats, qi, 0, 1, 1 if h >= 0 else 0, n_out - start)
+            record_radius(stats, qi, 0, 1, 1 if h >= 0 else 0, size)
             t_end = total_ns[qi]
             t_now = cycle_counter()  # the copy of its items is part of a query's lookup
             total_ns[qi] = int(((t_end - t_start) + (t_now - t_copy)) * tick_ns)
             stats[LOOKUP_NS, qi, 0] = total_ns[qi]
             t_start, t_copy = t_end, t_now
+    out_d[first:n_out] = 0
     return nq, n_out, -1, 0
 
 
@@ -431,7 +428,7 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slo
         for r in range(R + 1):
             seg = n_out
             probes, nonempty = _probe_radius_word(q, r, bits, words, slots, fp_bits, direct,
-                                                  bitmap, hits)
+                                                  bitmap, ids, hits)
             if nonempty > len(hits):
                 return qi, start, -1, nonempty
             for h in range(nonempty):
@@ -458,6 +455,28 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slo
     return nq, n_out, -1, 0
 
 
+@njit
+def _range_word_small(xq, R, lims, out_d, out_i, hits, words, slots, fp_bits, direct, bitmap,
+                      ids):
+    """Range search of a batch of 64-bit codes from its first query, without statistics or
+    result cap: :func:`_range_word0_kernel` (``R = 0``) or :func:`_range_word_kernel`, for the
+    short way of :meth:`HammingIndex.range_search`. 12 arguments instead of 20 (each costs
+    ~30-50 ns to pass from Python, a one-query call ~2 us) and one int back: the results'
+    count, or ``-1 - q`` when a buffer filled before query ``q`` (then ``lims[:q + 1]`` and
+    the results before ``lims[q]`` are final)."""
+    stats = np.empty((0, 0, 0), dtype=np.int64)
+    total_ns = np.empty(0, dtype=np.int64)
+    if R == 0:
+        q, n_out, _, _ = _range_word0_kernel(xq, False, 1.0, NO_RESULT_CAP, words, slots, fp_bits,
+                                             direct, bitmap, ids, 0, 0, lims, out_d, out_i,
+                                             hits, stats, total_ns)
+    else:
+        q, n_out, _, _ = _range_word_kernel(xq, R, 64, False, 1.0, NO_RESULT_CAP, words, slots,
+                                            fp_bits, direct, bitmap, ids, 0, 0, lims, out_d,
+                                            out_i, hits, stats, total_ns)
+    return n_out if q == xq.shape[0] else -1 - q
+
+
 class HammingIndex(IndexBase):
     """Single-table bucket search (hash lookup) over ``bits``-bit codes: an
     :class:`~bucketsearch.index.item_table.ItemTable` over the items sorted by (code, id).
@@ -477,9 +496,9 @@ class HammingIndex(IndexBase):
         super().__init__(bits)
         if not 1 <= int(max_probes) <= PROBE_CAP:
             raise ValueError(f"max_probes must be in [1, {PROBE_CAP}], got {max_probes}")
+        self._radius_cache: dict[int, tuple] = {}  # _radius_counts by R
         self.max_probes = int(max_probes)
         self.flip_word, self.flip_mask = flip_masks(self.bits)
-        self._radius_cache: dict[int, tuple] = {}  # _radius_counts by R
         self._rebuild(np.empty((0, len(word_widths(self.bits))), np.uint64),
                       np.empty(0, np.int64))
 
@@ -493,13 +512,29 @@ class HammingIndex(IndexBase):
         self.table = ItemTable.from_sorted(self.bits, words, ids)
 
     @property
+    def max_probes(self) -> int:
+        return self._max_probes
+
+    @max_probes.setter
+    def max_probes(self, value: int) -> None:
+        """The limit, and with it the largest radius of the short way of :meth:`range_search`
+        (64-bit codes; -1: none)."""
+        self._max_probes = int(value)
+        r = -1
+        while self.bits == 64 and r < self.bits and self.probe_count(r + 1) <= self._max_probes:
+            r += 1
+        self._short_radius = r
+
+    @property
     def table(self) -> ItemTable:
         return self._bound.table
 
     @table.setter
     def table(self, table: ItemTable) -> None:
         """The table and its :class:`_Binding`."""
-        self._bound = _Binding(table, (*table.lookup_args(), table.ids), {})
+        args = (*table.lookup_args(), table.ids)
+        self._bound = _Binding(table, args, args if self.bits == 64 else (), {})
+        self._short = None  # (the compiled entry of _range_word_small, its arguments)
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "table": self.table.meta()}, self.table.arrays()
@@ -547,7 +582,65 @@ class HammingIndex(IndexBase):
                 sum(counts), np.array([min(c, PROBE_CAP) for c in counts], dtype=np.int64))
         return hit
 
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """:meth:`IndexBase.range_search`. The short way, for a search of 64-bit codes given as
+        a C-contiguous ``(nq, 1)`` uint64 array (strides 8, 8), within the probe limit, without
+        statistics or cap, run on the calling thread (fewer than :data:`PARALLEL_MIN_QUERIES`
+        queries, or ``threads = 1``): those checks in a few comparisons, then
+        :meth:`_range_short` (a one-query call was 2.7x a bare Numba call of a minimal probe,
+        mostly Python: bench/RESULTS.md section 27)."""
+        if (stats is False and max_results is None and type(max_distance) is int
+                and 0 <= max_distance <= self._short_radius and type(queries) is np.ndarray
+                and queries.dtype is WORD_DTYPE and queries.strides == _ROW_STRIDES
+                and queries.shape[1] == 1
+                and (queries.shape[0] < PARALLEL_MIN_QUERIES or self.threads == 1)):
+            # _range_short's first lines, here: a call less (~0.1 us of ~2)
+            short = self._short
+            if short is not None:
+                out_d, out_i, hits = OUTPUT_BUFFERS.all
+                lims = np.zeros(queries.shape[0] + 1, np.int64)
+                n = short[0](queries, max_distance, lims, out_d, out_i, hits, *short[1])
+                if n >= 0:  # (radius 0: distances 0, one numpy call less)
+                    return (lims, out_d[:n].copy() if max_distance else np.zeros(n, np.int32),
+                            out_i[:n].copy())
+                return self._range_rest(queries, max_distance, lims, -1 - n)
+            return self._range_short(queries, max_distance)
+        return IndexBase.range_search(self, queries, max_distance, stats, max_results)
+
+    def _range_short(self, xq: np.ndarray, R: int):
+        """Range search of one-word codes ``xq`` (C-contiguous) on the calling thread
+        without statistics or cap: one call of :func:`_range_word_small` through its compiled
+        entry, into this thread's reusable buffers (:meth:`_range_rest` when they fill)."""
+        bound = self._bound
+        out_d, out_i, hits = OUTPUT_BUFFERS.all
+        lims = np.zeros(xq.shape[0] + 1, np.int64)
+        entry = bound.compiled.get(_range_word_small)
+        if entry is None:
+            entry = bound.compiled[_range_word_small] = compiled_entry(
+                _range_word_small, (xq, R, lims, out_d, out_i, hits, *bound.short_args))
+        self._short = (entry, bound.short_args)  # the entry with its table's arguments
+        n = entry(xq, R, lims, out_d, out_i, hits, *bound.short_args)
+        if n >= 0:
+            return lims, out_d[:n].copy(), out_i[:n].copy()
+        return self._range_rest(xq, R, lims, -1 - n)
+
+    def _range_rest(self, xq: np.ndarray, R: int, lims: np.ndarray, q: int):
+        """:meth:`_range_short` after a buffer filled before query ``q``: the results of the
+        queries before it (in this thread's buffers, ``lims[:q + 1]``) and those of the queries
+        left, run the resumable way (:meth:`_run_range_word`)."""
+        out_d, out_i, _ = OUTPUT_BUFFERS.all
+        done = int(lims[q])
+        head_d, head_i = out_d[:done].copy(), out_i[:done].copy()
+        rest_lims, rest_d, rest_i = self._run_range_word(xq[q:], R, False, None)
+        lims[q + 1:] = rest_lims[1:] + done
+        return lims, np.concatenate([head_d, rest_d]), np.concatenate([head_i, rest_i])
+
     def _run(self, xq, max_radius, k, stats, max_results=None):
+        if (k < 0 and not stats and max_results is None and xq.shape[1] == 1
+                and max_radius <= self._short_radius and xq.flags.c_contiguous
+                and (len(xq) < PARALLEL_MIN_QUERIES or self.threads == 1)):
+            return self._range_short(xq, max_radius)  # (an auto index's plan of the table)
         if k < 0 and xq.shape[1] == 1:
             return self._run_range_word(xq, max_radius, stats, max_results)
         per_radius = self._radius_counts(max_radius)[1]

@@ -46,24 +46,6 @@ def hash_words(words, W):
 
 
 @njit(inline="always")
-def find_bucket_word(code, codes, slots, bitmap, table_shift, filter_shift, direct):
-    """:func:`find_bucket` for one-word codes (Q <= 64), the fast path."""
-    if direct:
-        return slots[code]
-    h = code * HASH_MULTIPLIER
-    f, bits = filter_word_mask(h, filter_shift)
-    if bitmap[f] & bits != bits:
-        return -1
-    mask = np.uint64(len(slots) - 1)
-    s = h >> table_shift
-    while True:
-        b = slots[s]
-        if b < 0 or codes[b, 0] == code:
-            return b
-        s = (s + np.uint64(1)) & mask
-
-
-@njit(inline="always")
 def filter_word_mask(h, filter_shift):
     """Blocked Bloom filter: the word of hash ``h`` and the two bits it sets there."""
     mask = (np.uint64(1) << ((h >> np.uint64(24)) & np.uint64(63))) | \
@@ -213,10 +195,6 @@ class BucketTable:
         _fill_hash(codes, slots, bitmap, table.table_shift, table.filter_shift)
         return table
 
-    @classmethod
-    def from_arrays(cls, bits: int, arrays: dict, direct: bool) -> BucketTable:
-        return cls(bits, *(arrays[name] for name in cls.ARRAYS), direct)
-
     def arrays(self) -> dict:
         return {name: getattr(self, name) for name in self.ARRAYS}
 
@@ -231,10 +209,6 @@ class BucketTable:
     def bucket_sizes(self) -> np.ndarray:
         """Items per non-empty bucket, in bucket order."""
         return np.diff(self.offsets)
-
-    def item_words(self) -> np.ndarray:
-        """Each item's code, in table order (aligned with ``ids``)."""
-        return np.repeat(self.codes, self.bucket_sizes(), axis=0)
 
     def memory_bytes(self) -> int:
         return sum(a.nbytes for a in self.arrays().values())

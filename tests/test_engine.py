@@ -1,4 +1,5 @@
 """Property tests: HammingIndex (bucket probing) and LinearScan against the numpy twins."""
+import copy
 import math
 
 import numpy as np
@@ -6,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketsearch.index.base import OUTPUT_BUFFER_START, OUTPUT_BUFFERS
 from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.probe import HammingIndex, ProbeLimitError
 from bucketsearch.index.scan import LinearScan
@@ -146,6 +148,7 @@ def test_knn_scan_fallback_is_exact_and_recorded(bits, n, k, seed):
             else:
                 assert st_.probes[q, r] == 0
             assert st_.items[q, r] == (dist[q] == r).sum()
+            assert st_.nonempty_buckets[q, r] == len(np.unique(xb[dist[q] == r], axis=0))
         if s >= 0:  # the switch happened for one of the two documented reasons
             assert (spent + math.comb(bits, s) > TEST_MAX_PROBES
                     or math.comb(bits, s) > len(np.unique(xb, axis=0)))
@@ -189,6 +192,46 @@ def test_largest_balls_exact(bits, radius):
     nl, nD, nI = naive.range_search(xq[1:], xb, ids, bits, radius)
     assert (lims == nl).all() and (I == nI).all()
     assert st_.probes[0].tolist() == [math.comb(bits, r) for r in range(radius + 1)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(nq=st.integers(1, 40), pool=st.integers(1, 4), R=st.integers(0, 2),
+       seed=st.integers(0, 2**31))
+def test_short_way_matches_brute_force_past_a_full_buffer(nq, pool, R, seed):
+    """The short way of a 64-bit range search (HammingIndex.range_search on the calling
+    thread: _range_word_small) against the twin; 3,000 items on a few codes, so a batch's
+    results pass the thread's 4,096-entry buffer and the queries left run the resumable way
+    (_range_rest)."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 2**63, pool, dtype=np.uint64)
+    xb = codes[rng.integers(0, pool, 3000)].reshape(-1, 1)
+    xb[::7, 0] ^= np.uint64(1) << rng.integers(0, 64, len(xb[::7]), dtype=np.uint64)
+    ids = rng.permutation(3000).astype(np.int64) * 2 - 5
+    xq = np.where(rng.random((nq, 1)) < 0.5, xb[rng.integers(0, 3000, (nq, 1)), 0],
+                  rng.integers(0, 2**63, (nq, 1), dtype=np.uint64))
+    index = HammingIndex(64)
+    index.add(xb, ids)
+    index.threads = 1
+    OUTPUT_BUFFERS.__init__()  # the start size, whatever earlier searches grew them to
+    assert len(OUTPUT_BUFFERS.i) == OUTPUT_BUFFER_START
+    lims, D, I = index.range_search(xq, R)
+    nl, nD, nI = naive.range_search(xq, xb, ids, 64, R)
+    assert (lims == nl).all() and (D == nD).all() and (I == nI).all()
+    assert D.dtype == np.int32 and I.dtype == np.int64 and lims.dtype == np.int64
+
+
+def test_short_way_keeps_a_lowered_probe_limit():
+    """The short way's radius bound follows max_probes, also on a shallow copy given a lower
+    limit (the server's per-request limit)."""
+    index = HammingIndex(64)
+    index.add(np.arange(10, dtype=np.uint64).reshape(-1, 1))
+    q = np.array([[3]], dtype=np.uint64)
+    low = copy.copy(index)
+    low.max_probes = 64
+    with pytest.raises(ProbeLimitError, match="probes 65 buckets"):
+        low.range_search(q, 1)
+    assert low.range_search(q, 0)[2].tolist() == [3]
+    assert sorted(index.range_search(q, 1)[2].tolist()) == [1, 2, 3, 7]
 
 
 def test_probe_guard_reports_the_count():

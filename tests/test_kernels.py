@@ -229,7 +229,9 @@ def test_lookup_words_matches_a_dict(bits, n, clock, data):
                                      else st.integers(0, top), min_size=n, max_size=n)),
                   dtype=np.uint64).reshape(-1, 1)
     table = ItemTable.build(bits, xb, np.arange(n, dtype=np.int64))
-    xq = np.concatenate([xb[:5], np.array([[0], [top], [7 & top]], dtype=np.uint64)])
+    misses = data.draw(st.lists(st.integers(0, top), max_size=12))  # first: the filter is read
+    xq = np.concatenate([np.array(misses, dtype=np.uint64).reshape(-1, 1), xb[:5],
+                         np.array([[0], [top], [7 & top]], dtype=np.uint64)])
     q_start = data.draw(st.integers(0, len(xq)))
     hits = np.full(len(xq), -9, dtype=np.int64)
     lims = np.zeros(len(xq) + 1, dtype=np.int64)
@@ -272,6 +274,59 @@ def test_item_table_finds_every_code_and_no_other(bits, n, spread, layout, seed)
         assert find_row(q, W, *args) == twin.get(tuple(q.tolist()), -1)
     assert (table.slots != 0).sum() == table.distinct_codes == len(twin)
     assert table.slots.dtype == (layout[0] if layout else np.uint32)
+
+
+def filter_twin(h: int, n_words: int) -> tuple[int, int]:
+    """The filter word and bits of hash ``h`` (Python ints)."""
+    bits = 0
+    for shift in (20, 26, 32):
+        bits |= 1 << ((h >> shift) & 63)
+    return ((h >> 32) * n_words) >> 32, bits
+
+
+@settings(max_examples=200, deadline=None)
+@given(h=st.integers(0, 2**64 - 1), n_words=st.integers(1, 2**31))
+def test_filter_word_bits_matches_the_twin(h, n_words):
+    from bucketsearch.index.item_table import filter_word_bits
+    f, bits = filter_word_bits(np.uint64(h), n_words)
+    assert (int(f), int(bits)) == filter_twin(h, n_words) and int(f) < n_words
+    assert bin(int(bits)).count("1") <= 3
+
+
+def test_filter_size_by_distinct_codes_and_its_false_positives():
+    """12 bits per code at the least, up to 32 while the filter fits 4 MiB; no false
+    negative, and few false positives on random absent codes."""
+    from bucketsearch.index.item_table import (FILTER_CACHE_BYTES, filter_words,
+                                               passes_filter)
+    from bucketsearch.index.table import HASH_MULTIPLIER
+    assert filter_words(1) == 1 and filter_words(1000) == 500  # 32 bits a code
+    assert filter_words(3_000_000) == 562_500  # 12 bits a code: 1.5 bytes
+    assert filter_words(2_000_000) * 8 == FILTER_CACHE_BYTES  # between: 4 MiB
+    rng = np.random.default_rng(4)
+    codes = np.unique(rng.integers(0, 2**63, 100_000, dtype=np.uint64))
+    table = ItemTable.build(64, codes.reshape(-1, 1), np.arange(len(codes), dtype=np.int64))
+    absent = np.setdiff1d(rng.integers(0, 2**63, 50_000, dtype=np.uint64), codes)
+    passes = [bool(passes_filter(h, table.bitmap)) for h in codes[:5000] * HASH_MULTIPLIER]
+    assert all(passes)  # (array products: uint64 wrap-around, no warning)
+    false = np.mean([bool(passes_filter(h, table.bitmap)) for h in absent * HASH_MULTIPLIER])
+    assert false < 0.01  # 32 bits a code, 3 bits set: 0.17% measured on 1M codes
+
+
+def test_filter_of_an_older_scheme_is_filled_again_at_load():
+    """A snapshot's table whose meta names no filter scheme (the 4-bit filter of a second
+    multiply) gets its filter filled again; one of this scheme is taken as it is."""
+    from bucketsearch.index.item_table import find_row
+    rng = np.random.default_rng(2)
+    codes = rng.integers(0, 2**63, (300, 1), dtype=np.uint64)
+    table = ItemTable.build(64, codes, np.arange(300, dtype=np.int64))
+    arrays = {**table.arrays(), "bitmap": np.zeros_like(table.bitmap)}  # an unusable filter
+    old_meta = {k: v for k, v in table.meta().items() if k != "filter"}
+    old = ItemTable.from_arrays(64, arrays, old_meta)
+    same = ItemTable.from_arrays(64, arrays, table.meta())
+    assert (old.bitmap == table.bitmap).all() and same.bitmap is arrays["bitmap"]
+    for q in codes:
+        assert find_row(q, 1, *old.lookup_args()) >= 0
+        assert find_row(q, 1, *same.lookup_args()) == -1  # the zeroed filter is read
 
 
 def test_slot_layout_keeps_32_bit_slots_with_a_fingerprint_below_2_31_items():
@@ -514,14 +569,20 @@ def test_merge_sorted_matches_sorting_the_union(codes, split, seed):
        seed=st.integers(0, 2**31))
 def test_hashed_table_finds_every_code_and_no_other(bits, n, spread, seed):
     """Hashed slots (wrap-around included: small tables, clustered homes) find
-    every bucket's code and nothing else (the twin: a dict of code -> bucket)."""
+    every bucket's code and nothing else (the twin: a dict of code -> bucket); the table's
+    counts agree with the twin's, direct tables (16 bits) too."""
     from bucketsearch.index.table import find_bucket
     rng = np.random.default_rng(seed)
     W = (bits + 63) // 64
     top = 2**min(bits, 63)
     codes = rng.integers(0, min(top, 2**spread), (n, W), dtype=np.uint64)
     codes[:, 0] |= np.uint64(top >> 1) if bits < 64 and n % 2 else np.uint64(0)
+    small = BucketTable.build(16, codes[:, :1] & np.uint64(0xFFFF), np.arange(n))
+    assert small.direct and small.ntotal == n
+    assert (np.sort(small.slots[small.slots >= 0]) == np.arange(small.distinct_codes)).all()
     table = BucketTable.build(bits, codes, np.arange(n))
+    assert table.ntotal == n and table.bucket_sizes().sum() == n
+    assert table.memory_bytes() == sum(a.nbytes for a in table.arrays().values())
     if table.direct:
         return
     twin = {tuple(c): b for b, c in enumerate(table.codes.tolist())}
