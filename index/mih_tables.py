@@ -375,6 +375,38 @@ def _table_values(words, positions, j, tables, word_width):
     return out
 
 
+@njit
+def run_sizes(words, positions, j, tables, word_width, at):
+    """Items in the bucket of each table-``j`` position of ``at`` (a table's positions are in
+    (substring, id) order, so a bucket is a run of equal substrings): two binary searches
+    each, O(len(at) log n) reads, no pass over the items."""
+    n = words.shape[0]
+    pb = j * n
+    out = np.empty(len(at), dtype=np.int64)
+    for k in range(len(at)):
+        t = np.int64(at[k])
+        key = item_substring(words, np.int64(positions[pb + t]), j, tables, word_width)
+        lo, hi = np.int64(0), t  # the first position of the run
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if item_substring(words, np.int64(positions[pb + mid]), j, tables,
+                              word_width) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        first = lo
+        lo, hi = t + 1, np.int64(n)  # one past its last
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if item_substring(words, np.int64(positions[pb + mid]), j, tables,
+                              word_width) <= key:
+                lo = mid + 1
+            else:
+                hi = mid
+        out[k] = lo - first
+    return out
+
+
 def distinct_values(tables: SubstringTables, words: np.ndarray, j: int,
                     word_width: np.ndarray) -> np.ndarray:
     """The distinct substring values of table ``j``, ascending (a copy made on demand): a

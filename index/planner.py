@@ -58,6 +58,7 @@ CALIBRATION_PROBE_BUDGET = 50_000   # per query, single table and multi-index ea
 CALIBRATION_MAX_RADIUS = 8
 PROFILE_SAMPLE = 200_000            # items (and distinct codes) the profile compares against
 SCAN_CALIBRATION_QUERIES = 4
+SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most this many
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
 CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
 
@@ -341,10 +342,9 @@ class AutoIndex(IndexBase):
             self.sub_items.append(_distance_histograms(
                 qj, np.ascontiguousarray(dsubs[:, j:j + 1]),
                 np.full(len(data), self.ntotal / max(len(data), 1)), w).mean(axis=0))
-            tcodes, tscale = _sample_rows(self.mih.distinct_substrings(j).reshape(-1, 1),
-                                          PROFILE_SAMPLE, rng)
+            values, weights = self.mih.distinct_substring_sample(j, PROFILE_SAMPLE, rng)
             self.sub_codes.append(_distance_histograms(
-                qj, tcodes, np.full(len(tcodes), tscale), w).mean(axis=0))
+                qj, np.ascontiguousarray(values.reshape(-1, 1)), weights, w).mean(axis=0))
 
     def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
         """Fit the planner's models on sampled queries (default: database codes with 0-3 bits
@@ -374,7 +374,10 @@ class AutoIndex(IndexBase):
                     R += 1
                 for r in range(R + 1):  # radius-r searches: their measured cost
                     jobs[(mode, r)] = (index, xq, r)
-            jobs[("scan", 0)] = (self.scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
+            # a scan's cost is linear in the items: timed on a prefix of them (a restart of a
+            # 100M index timed three passes over all of them per query)
+            scan, scanned = self._calibration_scan()
+            jobs[("scan", 0)] = (scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
             measured_stats = _interleaved_min_stats(jobs, CALIBRATION_REPEATS)
             for mode in ("single", "mih"):
                 R = max(r for m, r in jobs if m == mode)
@@ -397,10 +400,11 @@ class AutoIndex(IndexBase):
                 if mode == "single":
                     self.paper = fit_paper_model(st, self.bits)
                     summary["paper"] = self.paper.to_dict()
-            self.call_ns = _call_overheads({m: self._index_for(m) for m in PLAN_MODES}, xq[:1])
+            self.call_ns = _call_overheads({m: scan if m == "scan" else self._index_for(m)
+                                            for m in PLAN_MODES}, xq[:1])
             summary["call_overhead_ns"] = dict(self.call_ns)
             st = measured_stats[("scan", 0)]
-            self.scan_ns_per_item = float(np.median(st.total_ns)) / self.ntotal
+            self.scan_ns_per_item = float(np.median(st.total_ns)) / scanned
             summary["scan"] = {"ns_per_item": self.scan_ns_per_item}
             self.knn_coef = self._fit_knn(xq)
             summary["mih_knn"] = {"ns_per_probe": self.knn_coef[0],
@@ -409,13 +413,23 @@ class AutoIndex(IndexBase):
             k = min(KNN_CALIBRATION_K, self.ntotal)
             few = xq[:SCAN_CALIBRATION_QUERIES]
             self.scan_knn_ns_per_item = _best_thread_ns(
-                lambda: self.scan.search(few, k)) / len(few) / self.ntotal
+                lambda: scan.search(few, min(k, scanned))) / len(few) / scanned
             summary["scan"]["knn_ns_per_item"] = self.scan_knn_ns_per_item
         finally:
             self.threads = saved
         self.calibrated = True
         self.calibration = summary
         return summary
+
+    def _calibration_scan(self) -> tuple[LinearScan, int]:
+        """The scan the calibration times and its item count: the index's own, or one over
+        the first :data:`SCAN_CALIBRATION_ITEMS` of its items (shared, not copied)."""
+        m = min(self.ntotal, SCAN_CALIBRATION_ITEMS)
+        if m == self.ntotal:
+            return self.scan, m
+        part = LinearScan(self.bits)
+        part.share(self.mih.words[:m], self.mih.ids[:m])
+        return part, m
 
     def _fit_knn(self, xq) -> tuple[float, float]:
         """``(ns per probe, ns per candidate)`` of multi-index k-NN: :data:`DEFAULT_KNN_COEF`

@@ -228,3 +228,47 @@ def test_distinct_code_profile_from_a_sample_estimates_the_exact_one():
     cum_e, cum_x = np.cumsum(estimate), np.cumsum(exact)
     big = cum_x > 200  # where the exact cumulative count is large enough to be estimated
     assert np.all(np.abs(cum_e[big] / cum_x[big] - 1) < 0.25)
+
+
+def test_distinct_substring_profile_from_a_sample_estimates_the_exact_one():
+    """Each table's count of distinct substrings at each distance from a weighted sample of
+    items (run sizes by binary search in the table), against the exact count."""
+    from bucketsearch.index.planner import _distance_histograms
+    words = clustered_codes(60_000, 32, seed=8)
+    index = MultiIndex(32, substrings=2)
+    index.add(words, np.arange(len(words)))
+    xq = np.ascontiguousarray(queries_near(words, 8, 32, seed=9))
+    qsubs = index.substring_codes(xq)
+    for j in range(index.substrings):
+        w = int(index.sub_widths[j])
+        qj = np.ascontiguousarray(qsubs[:, j:j + 1])
+        exact_values, ones = index.distinct_substring_sample(j, 10**9, np.random.default_rng(0))
+        assert np.all(ones == 1)
+        assert len(exact_values) == len(np.unique(index.substring_codes(words)[:, j]))
+        exact = _distance_histograms(qj, exact_values.reshape(-1, 1), ones, w).sum(axis=0)
+        values, weights = index.distinct_substring_sample(j, 8_000, np.random.default_rng(1))
+        estimate = _distance_histograms(qj, np.ascontiguousarray(values.reshape(-1, 1)),
+                                        weights, w).sum(axis=0)
+        assert estimate.sum() == pytest.approx(exact.sum(), rel=0.1)
+        cum_e, cum_x = np.cumsum(estimate), np.cumsum(exact)
+        big = cum_x > 200
+        assert np.all(np.abs(cum_e[big] / cum_x[big] - 1) < 0.25)
+
+
+def test_scan_calibrated_on_a_prefix_of_the_items(monkeypatch):
+    """Past SCAN_CALIBRATION_ITEMS the scan's cost per item is timed on a prefix of the items
+    (shared, not copied); the answers stay exact whatever the plan."""
+    from bucketsearch.index import planner
+    monkeypatch.setattr(planner, "SCAN_CALIBRATION_ITEMS", 1_000)
+    words = clustered_codes(5_000, 64, seed=3)
+    index = AutoIndex(64, calibration_queries=16)
+    index.add(words, np.arange(len(words)))
+    part, m = index._calibration_scan()
+    assert m == 1_000 and part is not index.scan and part.words.base is not None
+    summary = index.calibrate()
+    assert 0 < summary["scan"]["ns_per_item"] < 1e4
+    assert 0 < summary["scan"]["knn_ns_per_item"] < 1e4
+    xq = queries_near(words, 5, 64, seed=4)
+    lims, D, I = index.range_search(xq, 3)
+    nl, nD, nI = naive.range_search(xq, words, np.arange(len(words)), 64, 3)
+    assert (lims == nl).all() and sorted(zip(D, I)) == sorted(zip(nD, nI))
