@@ -378,15 +378,23 @@ def _table_values(words, positions, j, tables, word_width):
 @njit
 def run_sizes(words, positions, j, tables, word_width, at):
     """Items in the bucket of each table-``j`` position of ``at`` (a table's positions are in
-    (substring, id) order, so a bucket is a run of equal substrings): two binary searches
-    each, O(len(at) log n) reads, no pass over the items."""
+    (substring, id) order, so a bucket is a run of equal substrings): a galloping search each
+    way from the position, O(log bucket size) reads, no pass over the items."""
     n = words.shape[0]
     pb = j * n
     out = np.empty(len(at), dtype=np.int64)
     for k in range(len(at)):
         t = np.int64(at[k])
         key = item_substring(words, np.int64(positions[pb + t]), j, tables, word_width)
-        lo, hi = np.int64(0), t  # the first position of the run
+        inner, outer, step = t, np.int64(-1), np.int64(1)  # run starts in (outer, inner]
+        while t - step >= 0:
+            c = t - step
+            if item_substring(words, np.int64(positions[pb + c]), j, tables, word_width) < key:
+                outer = c
+                break
+            inner = c
+            step *= 2
+        lo, hi = outer + 1, inner
         while lo < hi:
             mid = (lo + hi) >> 1
             if item_substring(words, np.int64(positions[pb + mid]), j, tables,
@@ -395,7 +403,15 @@ def run_sizes(words, positions, j, tables, word_width, at):
             else:
                 hi = mid
         first = lo
-        lo, hi = t + 1, np.int64(n)  # one past its last
+        inner, outer, step = t, np.int64(n), np.int64(1)  # run ends in [inner + 1, outer]
+        while t + step < n:
+            c = t + step
+            if item_substring(words, np.int64(positions[pb + c]), j, tables, word_width) > key:
+                outer = c
+                break
+            inner = c
+            step *= 2
+        lo, hi = inner + 1, outer
         while lo < hi:
             mid = (lo + hi) >> 1
             if item_substring(words, np.int64(positions[pb + mid]), j, tables,

@@ -36,6 +36,8 @@ scan, see :mod:`index.mih`). k-NN plans use the radius ``R_k``, the smallest wit
 from __future__ import annotations
 
 import math
+import os
+import platform
 import time
 
 import numpy as np
@@ -43,7 +45,7 @@ import numpy as np
 from bucketsearch.index._jit import njit, popcount64
 from bucketsearch.index.base import DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError
 from bucketsearch.index.codes import check_bits, n_words
-from bucketsearch.index.fits.paper import fit_paper_model
+from bucketsearch.index.fits.paper import PaperModel, fit_paper_model
 from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
@@ -108,6 +110,18 @@ def _distinct_sample(words: np.ndarray, size: int, rng) -> tuple[np.ndarray, np.
     rows = np.ascontiguousarray(words[rng.integers(0, n, size)])
     first, end = row_bounds(words, rows)
     return rows, n / (size * (end - first).astype(np.float64))
+
+
+def machine_fingerprint() -> str:
+    """The machine a calibration was timed on: host name, CPU model and count."""
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.node()}|{model or platform.processor()}|{os.cpu_count()}"
 
 
 def _sample_rows(arr: np.ndarray, size: int, rng) -> tuple[np.ndarray, float]:
@@ -582,11 +596,54 @@ class AutoIndex(IndexBase):
         return out
 
     # ------------------------------------------------------------------ persistence
+    def calibration_state(self) -> dict | None:
+        """What :meth:`calibrate` learned (profile, models, corrections, per-call and scan
+        costs), JSON-able, with the machine it was timed on; None before a calibration."""
+        if not self.calibrated:
+            return None
+        return {"machine": machine_fingerprint(), "ntotal": self.ntotal,
+                "items_d": np.asarray(self.items_d).tolist(),
+                "codes_d": np.asarray(self.codes_d).tolist(),
+                "sub_items": [np.asarray(a).tolist() for a in self.sub_items],
+                "sub_codes": [np.asarray(a).tolist() for a in self.sub_codes],
+                "models": {m: v.to_dict() for m, v in self.models.items()},
+                "overhead_ns": {m: list(v) for m, v in self.overhead_ns.items()},
+                "correction": self.correction, "call_ns": dict(self.call_ns),
+                "paper": self.paper.to_dict() if self.paper is not None else None,
+                "scan_ns_per_item": self.scan_ns_per_item,
+                "scan_knn_ns_per_item": self.scan_knn_ns_per_item,
+                "knn_coef": list(self.knn_coef), "summary": self.calibration}
+
+    def restore_calibration(self, state: dict | None) -> bool:
+        """Take a :meth:`calibration_state` back when it was timed on this machine
+        (:func:`machine_fingerprint`) over these items (a snapshot's own): a restart then
+        plans at once instead of timing every engine again (a 100M index: some 25 s). False,
+        and nothing changed, otherwise."""
+        if not state or state.get("machine") != machine_fingerprint() \
+                or state.get("ntotal") != self.ntotal:
+            return False
+        self.items_d, self.codes_d = np.array(state["items_d"]), np.array(state["codes_d"])
+        self.sub_items = [np.array(a) for a in state["sub_items"]]
+        self.sub_codes = [np.array(a) for a in state["sub_codes"]]
+        self.models = {m: ExtendedModel(**{**d, "terms": tuple(d["terms"])})
+                       for m, d in state["models"].items()}
+        self.overhead_ns = {m: tuple(v) for m, v in state["overhead_ns"].items()}
+        self.correction, self.call_ns = dict(state["correction"]), dict(state["call_ns"])
+        self.paper = PaperModel(**state["paper"]) if state["paper"] else None
+        self.scan_ns_per_item = state["scan_ns_per_item"]
+        self.scan_knn_ns_per_item = state["scan_knn_ns_per_item"]
+        self.knn_coef = tuple(state["knn_coef"])
+        self.calibrated = True
+        self.calibration = {**state["summary"], "restored": True}
+        self._plan_cache = {}
+        return True
+
     def snapshot(self) -> tuple[dict, dict]:
         mih_meta, mih_arrays = self.mih.snapshot()
         meta = {"mih": mih_meta, "single_table": self.single.table.meta(),
                 "max_probes": self.max_probes, "calibration_queries": self.calibration_queries,
-                "calibrate_on_build": self.calibrate_on_build, "seed": self.seed}
+                "calibrate_on_build": self.calibrate_on_build, "seed": self.seed,
+                "calibration_state": self.calibration_state()}
         # the single table's words and ids are the multi-index's (one array each): stored once,
         # as mih_words and mih_ids
         arrays = {**{f"mih_{k}": v for k, v in mih_arrays.items()},
@@ -596,7 +653,8 @@ class AutoIndex(IndexBase):
 
     @classmethod
     def from_snapshot(cls, bits: int, meta: dict, arrays: dict) -> AutoIndex:
-        """Load the tables and re-calibrate (timings belong to the machine that loads)."""
+        """Load the tables; the calibration saved with them when it was timed on this
+        machine, else calibrate again (timings belong to the machine that loads)."""
         index = cls(bits, substrings=meta["mih"]["fixed_substrings"],
                     max_probes=meta["max_probes"],
                     calibration_queries=meta["calibration_queries"],
@@ -612,10 +670,10 @@ class AutoIndex(IndexBase):
             index.single._rebuild_sorted(index.mih.words, index.mih.ids)
         index.scan.share(index.mih.words, index.mih.ids)
         index.threads = None
-        if index.calibrate_on_build:
-            index.calibrate()
-        else:
+        if not index.calibrate_on_build:
             index._set_default_models()
+        elif not index.restore_calibration(meta.get("calibration_state")):
+            index.calibrate()
         return index
 
 

@@ -243,3 +243,24 @@ def test_exact_plan_is_the_pigeonhole_bound():
         st_ = index.range_search(np.zeros((1, 1), dtype=np.uint64), R, stats=True)[3]
         assert st_.probes.sum() == R + 1 == sum(math.comb(int(widths[j]), 0)
                                                 for j in range(R + 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), distinct=st.integers(1, 40), seed=st.integers(0, 2**31))
+def test_run_sizes_match_the_buckets(n, distinct, seed):
+    """The bucket size of a table position by galloping search (the planner's profile)
+    against the size counted from the items' substrings."""
+    from bucketsearch.index.mih_tables import run_sizes
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2**64, size=(distinct, 1), dtype=np.uint64, endpoint=False)
+    words = values[rng.integers(0, distinct, n)]
+    index = MultiIndex(64, substrings=2)
+    index.add(words, np.arange(n))
+    subs = index.substring_codes(index.words)
+    at = np.arange(n)
+    for j in range(index.substrings):
+        got = run_sizes(index.words, index.tables.positions, j, index.tables.tables,
+                        index._word_width, at)
+        order = index.tables.positions[j * n:(j + 1) * n].astype(np.int64)
+        col = subs[order, j]
+        assert got.tolist() == [int((col == v).sum()) for v in col.tolist()]

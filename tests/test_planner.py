@@ -272,3 +272,30 @@ def test_scan_calibrated_on_a_prefix_of_the_items(monkeypatch):
     lims, D, I = index.range_search(xq, 3)
     nl, nD, nI = naive.range_search(xq, words, np.arange(len(words)), 64, 3)
     assert (lims == nl).all() and sorted(zip(D, I)) == sorted(zip(nD, nI))
+
+
+def test_a_snapshot_keeps_its_calibration_on_the_same_machine(monkeypatch):
+    """The planner's calibration travels in the snapshot's metadata (JSON) and is taken back
+    on the machine that timed it: the plans and predictions are the saved ones, no timing
+    runs. On another machine the loaded index calibrates again."""
+    import json
+
+    from bucketsearch.index import planner
+    words = clustered_codes(3_000, 64, seed=11)
+    index = AutoIndex(64, calibration_queries=16)
+    index.add(words, np.arange(len(words)))
+    assert index.calibrated
+    meta, arrays = index.snapshot()
+    meta = json.loads(json.dumps(meta))
+    timed = []
+    monkeypatch.setattr(AutoIndex, "calibrate",
+                        lambda self, *a, **k: timed.append(1) or self._set_default_models())
+    loaded = AutoIndex.from_snapshot(64, meta, arrays)
+    assert timed == [] and loaded.calibrated and loaded.calibration["restored"]
+    for r in range(6):
+        assert loaded.predict(r) == pytest.approx(index.predict(r))
+        assert loaded.plan(max_distance=r)["mode"] == index.plan(max_distance=r)["mode"]
+    assert loaded.plan(k=10)["predicted_ns"] == pytest.approx(index.plan(k=10)["predicted_ns"])
+    monkeypatch.setattr(planner, "machine_fingerprint", lambda: "another machine")
+    AutoIndex.from_snapshot(64, meta, arrays)
+    assert timed == [1]
