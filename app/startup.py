@@ -30,7 +30,10 @@ log = logging.getLogger("bucketsearch.app")
 
 #: direct-addressed table (Q <= 16), one hashed word, several words
 WARM_BITS = (16, 64, 128)
-WARM_ITEMS = 64
+#: items per warm-up index: its first merge (half of them) builds the multi-index's 8-bit
+#: substring tables by counting sort (2^8 <= mih_tables.COUNTING_MAX_FACTOR x 64), as a larger
+#: index's merge does
+WARM_ITEMS = 128
 #: queries per warm-up search: as many as ``bucketsearch.index.probe.PARALLEL_MIN_QUERIES``, so the
 #: chunks run on the pool threads too
 WARM_QUERIES = 16
@@ -77,7 +80,7 @@ def _codes(bits: int, n: int, seed: int) -> np.ndarray:
 def _search_every_way(live, xq: np.ndarray) -> None:
     """Radius, k-NN and top-k-within-a-radius searches as the search endpoint runs them, stats
     on and off, with the probe guard lowered (k-NN then ranks by a scan) and k above the item
-    count, each answer written as JSON and binary."""
+    count, each answer written as JSON and binary; then the index's info."""
     from bucketsearch.app.encode import knn_to_csr, results_binary, results_json
     for stats in (False, True):
         for radius, max_probes in ((1, None), (0, 1)):
@@ -91,6 +94,7 @@ def _search_every_way(live, xq: np.ndarray) -> None:
             lims, D, I = knn_to_csr(D, I)
             results_json(lims, D, I)
             results_binary(lims, D, I)
+    live.info()  # the index route: sizes, bucket-size histogram (run_starts over the items)
 
 
 def _evaluate_every_way(live, xq: np.ndarray) -> None:

@@ -73,8 +73,16 @@ def check(client: Client, name: str, words: np.ndarray, queries: np.ndarray, rad
         t = time.perf_counter()
         dist, knn_ids = client.search(name, q.reshape(1, 1), k=k)
         knn_s += time.perf_counter() - t
-        bad += set(ids.tolist()) != within
-        bad += list(zip(dist[0].tolist(), knn_ids[0].tolist())) != nearest
+        got_knn = list(zip(dist[0].tolist(), knn_ids[0].tolist()))
+        if set(ids.tolist()) != within:
+            bad += 1
+            print(f"  query {int(q):016x} radius {radius}: {len(ids)} ids, the scan "
+                  f"{len(within)}; missing {sorted(within - set(ids.tolist()))[:5]}, extra "
+                  f"{sorted(set(ids.tolist()) - within)[:5]}", flush=True)
+        if got_knn != nearest:
+            bad += 1
+            print(f"  query {int(q):016x} k={k}: {got_knn[:5]}..., the scan {nearest[:5]}...",
+                  flush=True)
     return bad, 1e3 * range_s / len(queries), 1e3 * knn_s / len(queries)
 
 

@@ -50,7 +50,7 @@ from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import LinearScan
-from bucketsearch.index.item_table import ItemTable, run_starts
+from bucketsearch.index.item_table import ItemTable
 from bucketsearch.index.kernels import row_bounds
 from bucketsearch.index.table import sort_items
 
@@ -105,7 +105,9 @@ def _distinct_sample(words: np.ndarray, size: int, rng) -> tuple[np.ndarray, np.
     unbiased), found by binary search: no pass over the items."""
     n = len(words)
     if n <= size:
-        distinct = np.ascontiguousarray(words[run_starts(words)]) if n else words
+        new = np.ones(n, dtype=bool)
+        new[1:] = np.any(words[1:] != words[:-1], axis=1)
+        distinct = np.ascontiguousarray(words[new])
         return distinct, np.ones(len(distinct))
     rows = np.ascontiguousarray(words[rng.integers(0, n, size)])
     first, end = row_bounds(words, rows)
