@@ -73,7 +73,8 @@ from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_D
                                            T_MASK, T_SHIFT, T_SLOTS, T_START, T_WIDTH,
                                            SubstringTables, substring_of,
                                            bucket, bucket_end, build_tables, distinct_values,
-                                           item_substring, run_sizes, table_rows)
+                                           item_substring, run_sizes, table_rows,
+                                           table_values_at)
 from bucketsearch.index.probe import next_prefix
 from bucketsearch.index.table import sort_items
 
@@ -805,7 +806,7 @@ class MultiIndex(IndexBase):
         at = rng.integers(0, n, size)
         sizes = run_sizes(self.words, self.tables.positions, j, self.tables.tables,
                           self._word_width, at)
-        values = _table_values_at(self.words, self.tables.positions, j, self.tables.tables,
+        values = table_values_at(self.words, self.tables.positions, j, self.tables.tables,
                                   self._word_width, at)
         return values, n / (size * sizes.astype(np.float64))
 
@@ -979,13 +980,3 @@ def _sorted_by_code_id(words, ids) -> bool:
     """Whether items are in strictly ascending (code, id) order (one pass)."""
     return bool(_sorted_by_code_id_kernel(np.ascontiguousarray(words, dtype=np.uint64),
                                           np.ascontiguousarray(ids, dtype=np.int64)))
-
-
-@njit
-def _table_values_at(words, positions, j, tables, word_width, at):
-    """Table ``j``'s substring values at its positions ``at``."""
-    n = words.shape[0]
-    out = np.empty(len(at), dtype=np.uint64)
-    for k in range(len(at)):
-        out[k] = item_substring(words, np.int64(positions[j * n + at[k]]), j, tables, word_width)
-    return out

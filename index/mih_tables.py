@@ -367,6 +367,16 @@ def _histogram(keys, counts):
 
 
 @njit
+def table_values_at(words, positions, j, tables, word_width, at):
+    """Table ``j``'s substring values at its positions ``at`` (a sample of the table)."""
+    n = words.shape[0]
+    out = np.empty(len(at), dtype=np.uint64)
+    for k in range(len(at)):
+        out[k] = item_substring(words, np.int64(positions[j * n + at[k]]), j, tables, word_width)
+    return out
+
+
+@njit
 def _table_values(words, positions, j, tables, word_width):
     n = words.shape[0]
     out = np.empty(n, dtype=np.uint64)
