@@ -807,7 +807,7 @@ class MultiIndex(IndexBase):
         sizes = run_sizes(self.words, self.tables.positions, j, self.tables.tables,
                           self._word_width, at)
         values = table_values_at(self.words, self.tables.positions, j, self.tables.tables,
-                                  self._word_width, at)
+                                 self._word_width, at)
         return values, n / (size * sizes.astype(np.float64))
 
     def table_direct(self) -> list[bool]:
