@@ -181,10 +181,10 @@ class ExactnessAudit:
     def check(self, sample: Sample) -> int:
         """Compare every query of ``sample`` with the exact answer of its state; returns the
         number of queries that differ (each recorded and logged)."""
-        ids, words = sample.view.items()
+        parts = sample.view.item_parts()  # in place: no copy of the items
         bad = 0
         for row, pos, (got_ids, got_d) in zip(sample.queries, sample.positions, sample.served):
-            want_ids, want_d = exact_answer(ids, words, row, max_distance=sample.max_distance,
+            want_ids, want_d = exact_answer(parts, row, max_distance=sample.max_distance,
                                             k=sample.k)
             if np.array_equal(got_ids, want_ids) and np.array_equal(got_d, want_d):
                 continue

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bucketsearch.index.base import CANDIDATE_FIELDS, STAT_FIELDS, ProbeLimitError
+from bucketsearch.index.item_table import largest_run
 
 #: Bytes one result may cost while it is built and sent: int64 id + int32 distance in the
 #: kernel's arrays, and its encoding (JSON: up to 19 digits of id, 3 of distance, separators).
@@ -126,14 +127,20 @@ def cached_largest_bucket(main) -> int | None:
         return None
 
 
+def _table(main):
+    """The single table of ``main`` (mode auto: its single engine's), or None."""
+    table = getattr(main, "table", None)
+    if table is None:
+        table = getattr(getattr(main, "single", None), "table", None)
+    return table
+
+
 def bucket_sizes(main) -> np.ndarray:
     """Items per distinct full code of the main index (its buckets in single mode): the
     table's bucket sizes, or from its words sorted by (code, id) (equal codes adjacent)."""
     if not main.ntotal:
         return np.empty(0, dtype=np.int64)
-    table = getattr(main, "table", None)
-    if table is None:  # mode auto: its single table's
-        table = getattr(getattr(main, "single", None), "table", None)
+    table = _table(main)
     if table is not None:
         return np.asarray(table.bucket_sizes())
     words = np.asarray(main.words)
@@ -142,11 +149,19 @@ def bucket_sizes(main) -> np.ndarray:
 
 
 def largest_bucket(main) -> int:
-    """Most items sharing one code in the main index (``m``; cached per snapshot table)."""
+    """Most items sharing one code in the main index (``m``; cached per main index): the
+    single table's figure (computed at its build, kept in its snapshot), one pass over the
+    code-sorted words of a multi-index, else from the bucket sizes."""
     m = cached_largest_bucket(main)
     if m is not None:
         return m
-    m = int(bucket_sizes(main).max(initial=0))
+    table = _table(main)
+    if table is not None and hasattr(table, "largest_bucket"):
+        m = table.largest_bucket
+    elif main.ntotal and getattr(main, "sorted_by_code", False):
+        m = largest_run(np.asarray(main.words))
+    else:
+        m = int(bucket_sizes(main).max(initial=0))
     try:
         _LARGEST_BUCKET[main] = m
     except TypeError:

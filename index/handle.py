@@ -156,6 +156,10 @@ class IndexView(Protocol):
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, words)`` of every live item."""
 
+    def item_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The live items without a copy where the index can: ``(ids, words, dropped)``
+        segments, an item whose id is in ``dropped`` not live (the exactness audit's input)."""
+
     def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, words)`` of ``min(n, live)`` live items drawn uniformly without replacement
         (seeded)."""

@@ -202,6 +202,26 @@ def run_starts(words):
 
 
 @njit
+def largest_run(words):
+    """Most rows of one run of equal rows of code-sorted ``words`` (its largest bucket): one
+    pass, nothing allocated; 0 when empty."""
+    n, W = words.shape
+    best = 0
+    run = 0
+    for i in range(n):
+        same = i > 0
+        if same:
+            for w in range(W):
+                if words[i, w] != words[i - 1, w]:
+                    same = False
+                    break
+        run = run + 1 if same else 1
+        if run > best:
+            best = run
+    return best
+
+
+@njit
 def _fill_slots(words, starts, slots, fp_bits, bitmap):
     """Insert every run start into the hashed ``slots`` (linear probing) and its code into the
     filter, runs in order: reads sequential, writes random."""
@@ -269,12 +289,16 @@ class ItemTable:
 
     ARRAYS = ("words", "ids", "slots", "bitmap")
 
-    def __init__(self, bits, words, ids, slots, bitmap, fp_bits, direct, distinct):
+    def __init__(self, bits, words, ids, slots, bitmap, fp_bits, direct, distinct,
+                 largest=None):
         self.bits = int(bits)
         self.words, self.ids, self.slots, self.bitmap = words, ids, slots, bitmap
         self.fp_bits = int(fp_bits)
         self.direct = bool(direct)
         self.distinct_codes = int(distinct)
+        # items of the largest bucket (the search budget's bound, index.budget): one pass at
+        # build, kept in the snapshot, so no search after a merge or a restart pays for it
+        self.largest_bucket = int(largest_run(words) if largest is None else largest)
 
     @classmethod
     def build(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> ItemTable:
@@ -317,11 +341,11 @@ class ItemTable:
             bitmap = np.zeros(filter_words(meta["distinct"]), dtype=np.uint64)
             _fill_filter(words, run_starts(words), bitmap)
         return cls(bits, words, arrays["ids"], arrays["slots"], bitmap, meta["fp_bits"],
-                   meta["direct"], meta["distinct"])
+                   meta["direct"], meta["distinct"], meta.get("largest"))
 
     def meta(self) -> dict:
         return {"fp_bits": self.fp_bits, "direct": self.direct, "distinct": self.distinct_codes,
-                "filter": FILTER_SCHEME}
+                "filter": FILTER_SCHEME, "largest": self.largest_bucket}
 
     def arrays(self) -> dict:
         return {name: getattr(self, name) for name in self.ARRAYS}

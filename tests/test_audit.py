@@ -55,16 +55,40 @@ def test_oracle_equals_brute_force(n, radius, k, seed):
     xb = words_of(max(n, 1), seed)[:n]
     ids = np.random.default_rng(seed).permutation(10 * n + 1)[:n].astype(np.int64)
     q = words_of(1, seed + 1)
-    got = exact_answer(ids, xb, q[0], max_distance=radius)
+    got = exact_answer((ids, xb), q[0], max_distance=radius)
     _, want_d, want_ids = range_search(q, xb, ids, BITS, radius)
     assert got[0].tolist() == want_ids.tolist() and got[1].tolist() == want_d.tolist()
-    got = exact_answer(ids, xb, q[0], k=k, max_distance=radius)
+    got = exact_answer((ids, xb), q[0], k=k, max_distance=radius)
     want = knn_within(q, xb, ids, BITS, k, radius)
     assert got[0].tolist() == [i for i in want[1][0] if i >= 0]
     assert got[1].tolist() == [d for d in want[0][0] if d >= 0]
-    got = exact_answer(ids, xb, q[0], k=k)  # k-NN over every item
+    got = exact_answer((ids, xb), q[0], k=k)  # k-NN over every item
     want = knn_within(q, xb, ids, BITS, k, BITS)
     assert got[0].tolist() == [i for i in want[1][0] if i >= 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 60), cut=st.integers(0, 60), drop=st.sets(st.integers(0, 59)),
+       radius=st.integers(0, BITS), k=st.integers(1, 70), seed=st.integers(0, 10_000))
+def test_oracle_over_segments_with_dropped_ids(n, cut, drop, radius, k, seed):
+    """The oracle over in-place segments (a main part with tombstones, a delta part) equals
+    brute force over the live items alone: range, k-NN within a radius and over everything."""
+    xb = words_of(max(n, 1), seed)[:n]
+    ids = np.random.default_rng(seed).permutation(10 * n + 1)[:n].astype(np.int64)
+    cut = min(cut, n)
+    gone = np.array(sorted(ids[i] for i in drop if i < cut), dtype=np.int64)
+    parts = [(ids[:cut], xb[:cut], gone), (ids[cut:], xb[cut:], np.empty(0, np.int64))]
+    keep = ~np.isin(ids, gone)
+    live_ids, live_xb = ids[keep], xb[keep]
+    q = words_of(1, seed + 1)
+    got = exact_answer(parts, q[0], max_distance=radius)
+    _, want_d, want_ids = range_search(q, live_xb, live_ids, BITS, radius)
+    assert got[0].tolist() == want_ids.tolist() and got[1].tolist() == want_d.tolist()
+    for within in (radius, None):
+        got = exact_answer(parts, q[0], k=k, max_distance=within)
+        want = knn_within(q, live_xb, live_ids, BITS, k, BITS if within is None else within)
+        assert got[0].tolist() == [i for i in want[1][0] if i >= 0]
+        assert got[1].tolist() == [d for d in want[0][0] if d >= 0]
 
 
 def live_index(c, n: int = 400):

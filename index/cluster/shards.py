@@ -775,15 +775,20 @@ class ShardedLive:
         """Nothing: the shards' read replicas follow their primaries themselves."""
         return False
 
-    def items(self):
+    def item_parts(self):
+        """Each shard's live items, one segment a shard (nothing dropped)."""
         self._settle()
         parts = _get([a.items.remote() for a in self.actors], "items")
-        ids = [np.asarray(i) for i, _ in parts]
-        if self.partitioning == "code_prefix":
-            words = [join_prefix(s, w, self.bits, self.p) for s, (_, w) in enumerate(parts)]
-        else:
-            words = [np.asarray(w) for _, w in parts]
-        return np.concatenate(ids), np.concatenate(words).reshape(-1, n_words(self.bits))
+        W = n_words(self.bits)
+        return [(np.asarray(i), (join_prefix(s, w, self.bits, self.p)
+                                 if self.partitioning == "code_prefix" else np.asarray(w))
+                 .reshape(-1, W), np.empty(0, dtype=np.int64))
+                for s, (i, w) in enumerate(parts)]
+
+    def items(self):
+        parts = self.item_parts()
+        return (np.concatenate([i for i, _, _ in parts]),
+                np.concatenate([w for _, w, _ in parts]).reshape(-1, n_words(self.bits)))
 
     def job_snapshot(self, folder) -> list[int]:
         """A near-duplicate job's state (shardjobs.py): every shard writes its live items to

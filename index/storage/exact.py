@@ -3,8 +3,8 @@ plain numpy: the oracle of the exactness audit (app/audit.py).
 
 Nothing here goes through an engine, a table or a compiled kernel: the live items are the main
 index's stored ``(ids, words)`` minus the tombstoned ids, plus the delta's
-(:meth:`~bucketsearch.index.storage.state.LiveState.items`, read through the view the request
-searched), and the distance of
+(:meth:`~bucketsearch.index.storage.state.LiveState.item_parts`, read in place through the view
+the request searched: a check of a 100M index copies none of its 1.6 GB), and the distance of
 query ``q`` to item ``i`` is ``sum_w popcount(q[w] XOR x_i[w])`` (``numpy.bitwise_count``).
 Answers are ordered by (distance, id), the order every engine promises:
 
@@ -36,23 +36,48 @@ def distances(words: np.ndarray, query: np.ndarray) -> np.ndarray:
     return d
 
 
-def exact_answer(ids: np.ndarray, words: np.ndarray, query: np.ndarray, *,
-                 max_distance: int | None = None, k: int | None = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, distances)`` of one query over the live items ``(ids, words)``, ordered by
-    (distance, id): the range answer (``k`` None) or the k-NN answer (module docstring)."""
-    d = distances(words, query)
+def exact_answer(parts, query: np.ndarray, *, max_distance: int | None = None,
+                 k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, distances)`` of one query over the live items, ordered by (distance, id): the
+    range answer (``k`` None) or the k-NN answer (module docstring). ``parts``: segments
+    ``(ids, words, dropped)`` (:meth:`~bucketsearch.index.storage.state.LiveState.item_parts`:
+    no copy of the items), an item whose id is in ``dropped`` not live; or ``(ids, words)`` of
+    the live items.
+
+    Dropped ids are looked up only among the items within the cut: for k-NN the cut is the
+    k-th smallest distance of the segments' histogram less the dropped items found within it,
+    raised until it holds k live items (a few passes at most; none without drops)."""
+    if isinstance(parts, tuple):
+        parts = [(parts[0], parts[1], None)]
+    parts = [(np.asarray(i), np.asarray(w), g) for i, w, g in parts]
+    ds = [distances(w, query) for _, w, _ in parts]
+    live = sum(len(i) for i, _, _ in parts) - sum(len(g) for _, _, g in parts if g is not None)
     cut = max_distance
-    if k is not None and len(d) > k:
-        # the k-th smallest distance from the distance histogram: only items at most that far
-        # can be among the k nearest (ties at it are settled by id below)
-        kth = int(np.searchsorted(np.cumsum(np.bincount(d, minlength=1)), k))
-        cut = kth if cut is None else min(cut, kth)
-    if cut is not None:
-        sel = np.flatnonzero(d <= cut)
-        d, found = d[sel], ids[sel]
-    else:
-        found = ids
+    if k is not None and live > k:
+        width = max(int(d.max(initial=0)) for d in ds) + 1
+        hist = sum(np.bincount(d, minlength=width).astype(np.int64) for d in ds)
+        gone = np.zeros(len(hist), dtype=np.int64)
+        while True:
+            kth = int(np.searchsorted(np.cumsum(hist - gone), k))
+            kth = kth if cut is None else min(cut, kth)
+            now = np.zeros(len(hist), dtype=np.int64)
+            for (ids, _, dropped), d in zip(parts, ds):
+                if dropped is not None and len(dropped):
+                    sel = np.flatnonzero(d <= kth)
+                    now += np.bincount(d[sel[np.isin(ids[sel], dropped)]], minlength=len(hist))
+            if np.array_equal(now, gone):
+                break
+            gone = now
+        cut = kth
+    found, dist = [], []
+    for (ids, _, dropped), d in zip(parts, ds):
+        sel = np.flatnonzero(d <= cut) if cut is not None else np.arange(len(d))
+        if dropped is not None and len(dropped):
+            sel = sel[~np.isin(ids[sel], dropped)]
+        found.append(ids[sel])
+        dist.append(d[sel])
+    found = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    d = np.concatenate(dist) if dist else np.empty(0, dtype=np.uint8)
     order = np.lexsort((found, d))
     if k is not None:
         order = order[:k]

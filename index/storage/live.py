@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.index.budget import largest_bucket
 from bucketsearch.index.codes import as_words, check_bits
 from bucketsearch.index.factory import check_served_mode
 from bucketsearch.index.errors import FollowerStopped
@@ -322,6 +323,7 @@ class LiveIndex(LiveReads, Follower):
                     fresh, _ = load_main(self._config(), snap_dir, expected_mode=mode)
                 else:
                     snapshot.verify(snap_dir, self.bits, mode, fresh.ntotal)
+                largest_bucket(fresh)  # base_state's pass, done before the write lock
                 with self._write_lock:
                     self.mode, self.substrings = mode, substrings
                     base = base_state(fresh, self.bits, self.state.version + 1,

@@ -17,6 +17,7 @@ import numpy as np
 
 from bucketsearch.index import join
 from bucketsearch.index.budget import bucket_sizes  # noqa: F401 -- importable here
+from bucketsearch.index.budget import largest_bucket
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.errors import DuplicateIdError  # noqa: F401 -- raised here, importable here
 from bucketsearch.index.radix import merge_sorted
@@ -78,15 +79,31 @@ class LiveState:
     def in_main(self, ids: np.ndarray) -> np.ndarray:
         return self.main_ids.contains(ids)
 
+    def item_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The live items in place, as ``(ids, words, dropped)`` segments: the main index's
+        arrays with the tombstones as ``dropped``, then the delta's (nothing dropped)."""
+        main = self.main
+        parts = []
+        if main.ntotal:
+            parts.append((np.asarray(main.ids, dtype=np.int64), np.asarray(main.words),
+                          self.tombstones))
+        if len(self.delta_ids):
+            parts.append((self.delta_ids, self.delta_words, _EMPTY_IDS))
+        return parts
+
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, words)`` of every live item: the main index's minus tombstones, then the
-        delta's."""
-        main = self.main
-        keep = ~np.isin(np.asarray(main.ids), self.tombstones) if main.ntotal \
-            else np.zeros(0, dtype=bool)
-        words = np.concatenate([np.asarray(main.words)[keep], self.delta_words])
-        ids = np.concatenate([np.asarray(main.ids, dtype=np.int64)[keep], self.delta_ids])
-        return ids, words
+        delta's; the main index's own arrays (read-only, no copy) when that is all."""
+        parts = []
+        for ids, words, gone in self.item_parts():
+            keep = ~np.isin(ids, gone) if len(gone) else slice(None)
+            parts.append((ids[keep], words[keep]))
+        if len(parts) == 1:
+            return tuple(_read_only(a) for a in parts[0])
+        if not parts:
+            return _EMPTY_IDS, np.empty((0, n_words(self.bits)), dtype=np.uint64)
+        return (np.concatenate([i for i, _ in parts]),
+                np.concatenate([w for _, w in parts]))
 
     def sorted_items(self) -> tuple[np.ndarray, np.ndarray]:
         """``(words, ids)`` of every live item sorted by (code, id). A main index that keeps
@@ -260,9 +277,18 @@ def apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState
     return state.with_delta(ids, words, tomb, version)  # id_high: the delta holds op.ids
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A view of ``a`` that refuses writes (an index's own arrays, handed out uncopied)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def base_state(main, bits: int, version: int, id_high: int = -1) -> LiveState:
-    """The state of a freshly built or loaded ``main`` index: no delta, no tombstones."""
+    """The state of a freshly built or loaded ``main`` index: no delta, no tombstones. Its
+    largest bucket (the search budget's bound) is found here, before the state serves."""
     ids = IdSet.of(main.ids if main.ntotal else _EMPTY_IDS)
+    largest_bucket(main)
     return LiveState(bits, main, ids, None, _EMPTY_IDS,
                      np.empty((0, n_words(bits)), dtype=np.uint64), _EMPTY_IDS, version, id_high)
 

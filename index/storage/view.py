@@ -58,6 +58,10 @@ class LiveReads:
         """``(ids, words)`` of every live item (main minus tombstones, then the delta)."""
         return self.state.items()
 
+    def item_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The live items in place: ``(ids, words, dropped)`` segments (LiveState.item_parts)."""
+        return self.state.item_parts()
+
     def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         return self.view().sample(n, seed)
 
@@ -209,6 +213,9 @@ class LiveView:
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         return self.state.items()
+
+    def item_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return self.state.item_parts()
 
     def sample(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, words)`` of ``min(n, live)`` live items, uniform without replacement: live
