@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.index.storage.idset import BITMAP_SPAN_PER_ITEM, IdSet
+from bucketsearch.index.storage.idset import BITMAP_SPAN_PER_ITEM, ROWS_SPAN_PER_ITEM, IdRows, IdSet
 
 ids_lists = st.lists(st.integers(-2**62, 2**62), unique=True, max_size=60)
 
@@ -34,3 +34,28 @@ def test_layout_by_span():
     assert sparse.contains([0, 9, 10, 8991, -9]).tolist() == [True, True, False, True, False]
     empty = IdSet.of(np.empty(0, np.int64))
     assert len(empty) == 0 and empty.max == -1 and empty.contains([0, 5]).tolist() == [False] * 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(ids=ids_lists, probes=st.lists(st.integers(-2**62, 2**62), max_size=40),
+       dense=st.booleans(), base=st.integers(-1000, 2**40), seed=st.integers(0, 100))
+def test_rows_by_id_match_a_dict(ids, probes, dense, base, seed):
+    """IdRows (the rows of a main index's ids, held in code order) against a dict, for both
+    layouts: the inverse table of a narrow span, the ids' order otherwise."""
+    if dense:
+        ids = sorted({base + (abs(i) % (2 * max(len(ids), 1))) for i in ids})
+    ids = np.random.default_rng(seed).permutation(np.array(ids, dtype=np.int64))
+    rows = IdRows(ids)
+    where = {int(i): r for r, i in enumerate(ids.tolist())}
+    queries = np.array(ids.tolist() + probes + [i + 1 for i in ids.tolist()]
+                       + [i - 1 for i in ids.tolist()], dtype=np.int64)
+    assert rows.rows(queries).tolist() == [where.get(q, -1) for q in queries.tolist()]
+
+
+def test_rows_layout_by_span():
+    dense = IdRows(np.arange(1000, dtype=np.int64)[::-1])
+    assert dense.inverse is not None and dense.nbytes == 4000  # 4 bytes an id
+    sparse = IdRows(np.arange(1000, dtype=np.int64) * (ROWS_SPAN_PER_ITEM + 1))
+    assert sparse.order is not None and sparse.nbytes == 4000
+    assert sparse.rows([0, 3, 4, 2997]).tolist() == [0, 1, -1, 999]
+    assert IdRows(np.empty(0, np.int64)).rows([1]).tolist() == [-1]

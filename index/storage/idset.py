@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index.radix import sort_ids
+from bucketsearch.index.radix import id_keys, sort_ids, sort_pairs
 
 #: a bitmap when (hi - lo + 1) <= this x n: the bitmap then costs <= 1 byte an item, and the
 #: bytes of its one temporary (a bool per id of the span) no more than the sorted copy would
@@ -65,3 +65,52 @@ class IdSet:
             return inside & bit.astype(bool)
         pos = np.minimum(np.searchsorted(self.sorted, ids), self.n - 1)
         return self.sorted[pos] == ids
+
+
+#: an inverse table (a row per id of the span) when the span is at most this x n: <= 8 bytes
+#: an item as uint32, 4 for ids given as 0..N-1; otherwise the ids' order (4 bytes an item)
+ROWS_SPAN_PER_ITEM = 2
+
+
+class IdRows:
+    """Where each id of a main index sits in its arrays (which hold the items in code order):
+    ``rows(ids)``, -1 for an id not there. Built once per main index, in O(n) for ids of a
+    narrow span (a scatter into an inverse table), else by sorting them; uint32 rows."""
+
+    __slots__ = ("ids", "lo", "inverse", "order")
+
+    def __init__(self, ids):
+        self.ids = ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        n = len(ids)
+        self.lo, self.inverse, self.order = 0, None, None
+        if not n:
+            return
+        lo, hi = int(ids.min()), int(ids.max())
+        dtype = np.uint32 if n < 2**32 else np.int64
+        if hi - lo + 1 <= ROWS_SPAN_PER_ITEM * n:
+            self.lo = lo
+            self.inverse = np.full(hi - lo + 1, np.iinfo(dtype).max, dtype=dtype)
+            self.inverse[ids - lo] = np.arange(n, dtype=dtype)
+        else:
+            self.order = sort_pairs(id_keys(ids), np.arange(n))[1].astype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in (self.inverse, self.order) if a is not None))
+
+    def rows(self, ids) -> np.ndarray:
+        """The row of each of ``ids`` (int64), -1 where the id is not there."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        n = len(self.ids)
+        if not n:
+            return np.full(len(ids), -1, dtype=np.int64)
+        if self.inverse is not None:
+            off = ids - self.lo
+            inside = (off >= 0) & (off < len(self.inverse))
+            rows = self.inverse[np.where(inside, off, 0)].astype(np.int64)
+            ok = inside & (rows < n)
+        else:
+            at = np.minimum(np.searchsorted(self.ids, ids, sorter=self.order), n - 1)
+            rows = self.order[at].astype(np.int64)
+            ok = self.ids[rows] == ids
+        return np.where(ok, rows, -1)

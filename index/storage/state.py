@@ -23,7 +23,7 @@ from bucketsearch.index.errors import DuplicateIdError  # noqa: F401 -- raised h
 from bucketsearch.index.radix import merge_sorted
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index.storage import reads
-from bucketsearch.index.storage.idset import IdSet
+from bucketsearch.index.storage.idset import IdRows, IdSet
 from bucketsearch.index.storage.reads import merge_results, with_probe_limit  # noqa: F401
 from bucketsearch.index.storage.wal import Op
 from bucketsearch.index.table import sort_items
@@ -128,13 +128,9 @@ class LiveState:
         words = np.zeros((len(ids), n_words(self.bits)), dtype=np.uint64)
         found = np.zeros(len(ids), dtype=bool)
         if self.main.ntotal:
-            main_ids = np.asarray(self.main.ids, dtype=np.int64)
-            order = getattr(self.main, "_id_order", None)
-            if order is None:  # computed once per main index (immutable between merges)
-                order = self.main._id_order = np.argsort(main_ids, kind="stable")
-            pos = np.minimum(np.searchsorted(main_ids, ids, sorter=order), len(order) - 1)
-            hit = (main_ids[order[pos]] == ids) & ~np.isin(ids, self.tombstones)
-            words[hit] = np.asarray(self.main.words)[order[pos[hit]]]
+            rows = id_rows(self.main).rows(ids)
+            hit = (rows >= 0) & ~np.isin(ids, self.tombstones)
+            words[hit] = np.asarray(self.main.words)[rows[hit]]
             found |= hit
         if len(self.delta_ids):
             if len(ids) <= 16:  # a few vectorized O(delta) compares beat a sort of the delta
@@ -275,6 +271,15 @@ def apply_one(state: LiveState, op: Op, version: int | None = None) -> LiveState
     if op.kind in ("add", "upsert"):
         ids, words = np.concatenate([ids, op.ids]), np.concatenate([words, op.words])
     return state.with_delta(ids, words, tomb, version)  # id_high: the delta holds op.ids
+
+
+def id_rows(main) -> IdRows:
+    """The :class:`IdRows` of ``main``, built at its first lookup by id (kept with it: a main
+    index never changes; counted by the live index's memory_bytes once built)."""
+    rows = getattr(main, "_id_rows", None)
+    if rows is None:
+        rows = main._id_rows = IdRows(main.ids)
+    return rows
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

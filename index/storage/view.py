@@ -271,10 +271,13 @@ class LiveView:
                                           for v, c in zip(values, counts)]}
 
     def memory_bytes(self) -> int:
-        """Bytes of the main index's arrays, its id set, the delta's and the tombstones."""
+        """Bytes of the main index's arrays, its id set (and its rows by id once a lookup by
+        id built them), the delta's and the tombstones."""
         st = self.state
+        by_id = getattr(st.main, "_id_rows", None)
         return int(st.main.memory_bytes() + st.main_ids.nbytes + st.delta_words.nbytes
-                   + st.delta_ids.nbytes + st.tombstones.nbytes)
+                   + st.delta_ids.nbytes + st.tombstones.nbytes
+                   + (by_id.nbytes if by_id is not None else 0))
 
     def probe_count(self, radius: int, nq: int = 1, max_probes: int | None = None) -> int:
         """Probes per query of a radius search of ``nq`` queries under ``max_probes`` (mode
