@@ -99,7 +99,7 @@ def _search_every_way(live, xq: np.ndarray) -> None:
             lims, D, I = knn_to_csr(D, I)
             results_json(lims, D, I)
             results_binary(lims, D, I)
-    live.info()  # the index route: sizes, bucket-size histogram (run_starts over the items)
+    live.info()  # the index route: sizes, the bucket-size histogram
 
 
 def _evaluate_every_way(live, xq: np.ndarray) -> None:

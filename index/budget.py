@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bucketsearch.index.base import CANDIDATE_FIELDS, STAT_FIELDS, ProbeLimitError
-from bucketsearch.index.item_table import largest_run
+from bucketsearch.index.item_table import bucket_size_counts as bucket_size_counts_of
 
 #: Bytes one result may cost while it is built and sent: int64 id + int32 distance in the
 #: kernel's arrays, and its encoding (JSON: up to 19 digits of id, 3 of distance, separators).
@@ -116,15 +116,7 @@ class Work:
 
 
 # --------------------------------------------------------------------- the index's shape
-_LARGEST_BUCKET: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def cached_largest_bucket(main) -> int | None:
-    """:func:`largest_bucket` of ``main`` if computed already, else None."""
-    try:
-        return _LARGEST_BUCKET.get(main)
-    except TypeError:  # not weak-referenceable: never cached
-        return None
+_SIZE_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _table(main):
@@ -135,9 +127,42 @@ def _table(main):
     return table
 
 
+def cached_size_counts(main) -> np.ndarray | None:
+    """:func:`bucket_size_counts` of ``main`` if known already (without a pass), else None."""
+    table = _table(main)
+    if table is not None and getattr(table, "size_counts", None) is not None:
+        return table.size_counts
+    try:
+        return _SIZE_COUNTS.get(main)
+    except TypeError:  # not weak-referenceable: never cached
+        return None
+
+
+def bucket_size_counts(main) -> np.ndarray:
+    """``counts[s]``: buckets (distinct full codes) of the main index holding ``s`` items,
+    ``s = 0..largest``. The single table's (computed at its build, kept in its snapshot); else
+    one pass over the code-sorted words (cached per main index: it never changes), or the
+    bucket sizes of an engine that keeps no such order."""
+    counts = cached_size_counts(main)
+    if counts is not None:
+        return counts
+    if not main.ntotal:
+        counts = np.zeros(1, dtype=np.int64)
+    elif getattr(main, "sorted_by_code", False):
+        counts = bucket_size_counts_of(np.asarray(main.words))
+    else:
+        counts = np.bincount(bucket_sizes(main))
+    try:
+        _SIZE_COUNTS[main] = counts
+    except TypeError:
+        pass
+    return counts
+
+
 def bucket_sizes(main) -> np.ndarray:
     """Items per distinct full code of the main index (its buckets in single mode): the
-    table's bucket sizes, or from its words sorted by (code, id) (equal codes adjacent)."""
+    table's bucket sizes, or from its words sorted by (code, id) (equal codes adjacent). An
+    O(items) array: the info and the budget read :func:`bucket_size_counts` instead."""
     if not main.ntotal:
         return np.empty(0, dtype=np.int64)
     table = _table(main)
@@ -148,25 +173,15 @@ def bucket_sizes(main) -> np.ndarray:
     return np.diff(np.concatenate([[0], change, [len(words)]]))
 
 
+def cached_largest_bucket(main) -> int | None:
+    """:func:`largest_bucket` of ``main`` if known already, else None."""
+    counts = cached_size_counts(main)
+    return None if counts is None else len(counts) - 1
+
+
 def largest_bucket(main) -> int:
-    """Most items sharing one code in the main index (``m``; cached per main index): the
-    single table's figure (computed at its build, kept in its snapshot), one pass over the
-    code-sorted words of a multi-index, else from the bucket sizes."""
-    m = cached_largest_bucket(main)
-    if m is not None:
-        return m
-    table = _table(main)
-    if table is not None and hasattr(table, "largest_bucket"):
-        m = table.largest_bucket
-    elif main.ntotal and getattr(main, "sorted_by_code", False):
-        m = largest_run(np.asarray(main.words))
-    else:
-        m = int(bucket_sizes(main).max(initial=0))
-    try:
-        _LARGEST_BUCKET[main] = m
-    except TypeError:
-        pass
-    return m
+    """Most items sharing one code in the main index (``m``)."""
+    return len(bucket_size_counts(main)) - 1
 
 
 def ball(bits: int, radius: int) -> int:
@@ -253,6 +268,21 @@ def check_range_probes(nq: int, radius: int, per_query: int, guard: int, budget:
     if nq * per_query > budget.max_request_probes:
         raise RequestProbeLimit(nq, per_query, budget.max_request_probes, radius, mode)
     return True
+
+
+def check_range(nq: int, radius: int, budget: Budget, guard: int, mode: str, probes_at,
+                work_at) -> int | None:
+    """The budget check of a radius search of ``nq`` queries: each query's share of the
+    request's probes, ``probes_at(share)`` probes a query under it; None when that passes the
+    index's ``guard`` (its own ProbeLimitError answers, before any work too), else the batch's
+    probes and ``work_at(share, per_query)`` (a :class:`Work`) checked and the share returned
+    (the per-query probe limit the search runs with)."""
+    share = budget.probe_share(nq)
+    per_query = probes_at(share)
+    if not check_range_probes(nq, radius, per_query, guard, budget, mode):
+        return None
+    work_at(share, per_query).check(budget, lambda: range_hint(nq, radius))
+    return share
 
 
 def range_hint(nq: int, radius: int) -> tuple[str, str]:

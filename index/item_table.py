@@ -202,23 +202,33 @@ def run_starts(words):
 
 
 @njit
-def largest_run(words):
-    """Most rows of one run of equal rows of code-sorted ``words`` (its largest bucket): one
-    pass, nothing allocated; 0 when empty."""
+def bucket_size_counts(words):
+    """``counts[s]``: how many runs of equal rows (buckets) of code-sorted ``words`` hold
+    ``s`` rows, for ``s = 0..largest`` (so ``len(counts) - 1`` is the largest bucket; one
+    element, 0, when empty). One pass; the counts grow by doubling."""
     n, W = words.shape
-    best = 0
+    counts = np.zeros(64, dtype=np.int64)
+    largest = 0
     run = 0
-    for i in range(n):
-        same = i > 0
+    for i in range(n + 1):
+        same = 0 < i < n
         if same:
             for w in range(W):
                 if words[i, w] != words[i - 1, w]:
                     same = False
                     break
-        run = run + 1 if same else 1
-        if run > best:
-            best = run
-    return best
+        if same:
+            run += 1
+            continue
+        if run:
+            if run >= len(counts):
+                grown = np.zeros(max(2 * len(counts), run + 1), dtype=np.int64)
+                grown[:len(counts)] = counts
+                counts = grown
+            counts[run] += 1
+            largest = max(largest, run)
+        run = 1
+    return counts[:largest + 1].copy()
 
 
 @njit
@@ -290,15 +300,17 @@ class ItemTable:
     ARRAYS = ("words", "ids", "slots", "bitmap")
 
     def __init__(self, bits, words, ids, slots, bitmap, fp_bits, direct, distinct,
-                 largest=None):
+                 size_counts=None):
         self.bits = int(bits)
         self.words, self.ids, self.slots, self.bitmap = words, ids, slots, bitmap
         self.fp_bits = int(fp_bits)
         self.direct = bool(direct)
         self.distinct_codes = int(distinct)
-        # items of the largest bucket (the search budget's bound, index.budget): one pass at
-        # build, kept in the snapshot, so no search after a merge or a restart pays for it
-        self.largest_bucket = int(largest_run(words) if largest is None else largest)
+        # buckets per size (the index's info and its largest bucket, the search budget's
+        # bound): one pass at build, kept in the snapshot, so no request after a merge or a
+        # restart pays an O(items) pass for them
+        self.size_counts = np.asarray(bucket_size_counts(words) if size_counts is None
+                                      else size_counts, dtype=np.int64)
 
     @classmethod
     def build(cls, bits: int, words: np.ndarray, ids: np.ndarray) -> ItemTable:
@@ -340,12 +352,19 @@ class ItemTable:
         if not meta["direct"] and meta.get("filter", 1) != FILTER_SCHEME:
             bitmap = np.zeros(filter_words(meta["distinct"]), dtype=np.uint64)
             _fill_filter(words, run_starts(words), bitmap)
+        counts = None
+        if "bucket_sizes" in meta:  # [[size, buckets], ...] of the sizes present
+            pairs = np.array(meta["bucket_sizes"], dtype=np.int64).reshape(-1, 2)
+            counts = np.zeros(int(pairs[:, 0].max(initial=0)) + 1, dtype=np.int64)
+            counts[pairs[:, 0]] = pairs[:, 1]
         return cls(bits, words, arrays["ids"], arrays["slots"], bitmap, meta["fp_bits"],
-                   meta["direct"], meta["distinct"], meta.get("largest"))
+                   meta["direct"], meta["distinct"], counts)
 
     def meta(self) -> dict:
+        sizes = np.flatnonzero(self.size_counts)
         return {"fp_bits": self.fp_bits, "direct": self.direct, "distinct": self.distinct_codes,
-                "filter": FILTER_SCHEME, "largest": self.largest_bucket}
+                "filter": FILTER_SCHEME,
+                "bucket_sizes": [[int(s), int(self.size_counts[s])] for s in sizes]}
 
     def arrays(self) -> dict:
         return {name: getattr(self, name) for name in self.ARRAYS}

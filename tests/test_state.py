@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.factory import make_index
-from bucketsearch.index.budget import cached_largest_bucket, largest_bucket
-from bucketsearch.index.item_table import largest_run
+from bucketsearch.index.budget import (bucket_size_counts as size_counts_of_main,
+                                       cached_largest_bucket, cached_size_counts,
+                                       largest_bucket)
+from bucketsearch.index.item_table import bucket_size_counts
 from bucketsearch.index.storage.state import (DuplicateIdError, apply_one, apply_ops, base_state,
                                               bucket_sizes)
 from bucketsearch.index.storage.wal import Op
@@ -149,12 +151,31 @@ def test_largest_bucket_of_each_engine_known_before_it_serves(mode):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(0, 5), max_size=60), st.integers(1, 3))
-def test_largest_run_equals_the_numpy_twin(values, width):
-    """The one-pass kernel against numpy's run lengths of the sorted rows."""
+@given(st.lists(st.integers(0, 5), max_size=200), st.integers(1, 3))
+def test_bucket_size_counts_equal_the_numpy_twin(values, width):
+    """The one-pass kernel (buckets per size, grown by doubling past 64) against numpy's run
+    lengths of the sorted rows."""
     words = np.sort(np.array(values, dtype=np.uint64)).reshape(-1, 1).repeat(width, axis=1)
     if width > 1:
         words[:, -1] ^= words[:, 0] % np.uint64(2)  # rows differing in a later word only
         words = words[np.lexsort(words.T[::-1])]
-    want = max(np.unique(words, axis=0, return_counts=True)[1].tolist(), default=0)
-    assert largest_run(np.ascontiguousarray(words)) == want
+    sizes = np.unique(words, axis=0, return_counts=True)[1] if len(words) else np.zeros(0, int)
+    want = np.bincount(sizes, minlength=1)
+    want[0] = 0
+    assert bucket_size_counts(np.ascontiguousarray(words)).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("mode", ["single", "mih", "auto", "scan"])
+def test_bucket_size_counts_of_each_engine_and_after_a_snapshot(mode, tmp_path):
+    """The info's histogram source equals the bucket sizes' histogram in every mode, and comes
+    back from a snapshot without a pass (the single table keeps it in its meta)."""
+    ids = list(range(40)) + [40, 41, 42]
+    main = _main(mode, ids)
+    want = np.bincount(bucket_sizes(main)).tolist()
+    assert size_counts_of_main(main).tolist() == want
+    main.save(tmp_path / "snap")
+    from bucketsearch.index.factory import load_index
+    back = load_index(tmp_path / "snap")
+    if mode in ("single", "auto"):  # read from the snapshot's meta, before any pass
+        assert cached_size_counts(back).tolist() == want
+    assert size_counts_of_main(back).tolist() == want

@@ -287,14 +287,10 @@ class ShardedLive:
     def _check_range(self, nq: int, radius: int, budget: Budget) -> int | None:
         """The per-query probe limit a budgeted radius search runs with (None: a shard's own
         guard answers first, before any work too)."""
-        share = budget.probe_share(nq)
-        per_query = self.probe_count(radius, nq, share)
-        if not work.check_range_probes(nq, radius, per_query, self.max_probes, budget,
-                                       self.mode):
-            return None
-        self._range_work(nq, radius, per_query, budget.max_results).check(
-            budget, lambda: work.range_hint(nq, radius))
-        return share
+        return work.check_range(
+            nq, radius, budget, self.max_probes, self.mode,
+            lambda share: self.probe_count(radius, nq, share),
+            lambda _, per_query: self._range_work(nq, radius, per_query, budget.max_results))
 
     def _range_work(self, nq: int, radius: int, per_query: int,
                     max_results: int | None) -> work.Work:

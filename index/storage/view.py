@@ -171,15 +171,11 @@ class LiveView:
         """The per-query probe limit a budgeted radius search runs with (None: the engine's
         own guard answers first, before any work too)."""
         main = self.state.main
-        share = budget.probe_share(nq)
-        engine = with_probe_limit(main, share)
-        per_query = engine.probe_count(radius, nq)
-        if not work.check_range_probes(nq, radius, per_query, main.max_probes, budget,
-                                       getattr(main, "kind", "")):
-            return None
-        work.range_work(self.state, engine, nq, radius, budget.max_results).check(
-            budget, lambda: work.range_hint(nq, radius))
-        return share
+        return work.check_range(
+            nq, radius, budget, main.max_probes, getattr(main, "kind", ""),
+            lambda share: with_probe_limit(main, share).probe_count(radius, nq),
+            lambda share, _: work.range_work(self.state, with_probe_limit(main, share), nq,
+                                             radius, budget.max_results))
 
     def search(self, xq, k: int, max_distance: int | None = None, stats: bool = False,
                max_probes: int | None = None, budget: Budget | None = None):
@@ -262,13 +258,12 @@ class LiveView:
         """``distinct_codes``, ``code_space_fraction`` (distinct / 2^bits) and
         ``bucket_size_histogram`` (``[{"size", "buckets"}]``: how many distinct codes hold
         that many items of the main index)."""
-        sizes = work.bucket_sizes(self.state.main)
-        values, counts = np.unique(sizes, return_counts=True)
-        distinct = int(len(sizes))
+        counts = work.bucket_size_counts(self.state.main)  # known from the build: no pass
+        distinct = int(counts.sum())
         return {"distinct_codes": distinct,
                 "code_space_fraction": math.ldexp(distinct, -self.bits),
-                "bucket_size_histogram": [{"size": int(v), "buckets": int(c)}
-                                          for v, c in zip(values, counts)]}
+                "bucket_size_histogram": [{"size": int(v), "buckets": int(counts[v])}
+                                          for v in np.flatnonzero(counts)]}
 
     def memory_bytes(self) -> int:
         """Bytes of the main index's arrays, its id set (and its rows by id once a lookup by
