@@ -91,6 +91,177 @@ def _collect(xq, qi, words, cut, k, sel, sel_d, limit):
     return kept, tau
 
 
+#: items per block of the blocked k-NN scan (:func:`_knn_word_kernel`): 4 KiB of codes, read
+#: from L1 by every query of the query block in turn
+KNN_ITEM_BLOCK = 512
+#: queries that share one pass over the items (the codes stream from memory once per block)
+KNN_QUERY_BLOCK = 128
+#: bound on ``query block x kept-item capacity`` (entries of 12 bytes: 24 MiB)
+KNN_BLOCK_ENTRIES = 1 << 21
+
+
+@njit
+def _block_distances(q0, codes, dist):
+    """``dist[i] = popcount(q0 XOR codes[i])`` (uint8) for every ``i``; returns the minimum.
+    A loop from 0 with no branch: LLVM vectorizes it (VPOPCNTQ on AVX-512 machines, eight
+    codes an instruction); an index from a block's start instead makes numba's wraparound
+    check turn the loads into gathers (6x slower)."""
+    low = 64
+    for i in range(len(codes)):
+        d = popcount64(q0 ^ codes[i])
+        dist[i] = np.uint8(d)
+        low = min(low, d)
+    return low
+
+
+#: bytes 0x01 and 0x80 in every byte of a word (the SWAR test of :func:`_keep_within`)
+_LOW_BYTES = np.uint64(0x0101010101010101)
+_HIGH_BYTES = np.uint64(0x8080808080808080)
+
+
+@njit(inline="always")
+def _keep_within(dist, packed, start, k, b, tau, sel, sel_d, kept, cnt, within):
+    """:func:`_collect`'s k-NN step over one block's distances ``dist`` (uint8, positions
+    ``start + i``; padded with 255 to the ``len(packed)`` words of ``packed``, the same bytes
+    read as uint64) for query row ``b`` of the block
+    state: keep every item with ``d <= tau[b]`` in ``sel[b]`` / ``sel_d[b]``, lower the running
+    cut-off ``tau[b]`` (at least ``k`` kept items at distance <= tau) as closer items arrive,
+    compact the row when it fills (dropping kept items beyond the cut-off). ``kept[b]`` past
+    the row's capacity means the row overflowed (more items tie within the cut-off than it
+    holds): the caller redoes that query.
+
+    Eight distances are tested at once (SWAR on a uint64 of eight bytes < 128): byte ``x``
+    is ``<= t`` exactly when ``(x | 0x80) - (t + 1)`` has its top bit clear, so a word whose
+    ``~((x | 0x80..80) - (t + 1) x 0x01..01) & 0x80..80`` is zero holds nothing to keep."""
+    cap = sel.shape[1]
+    t = tau[b]
+    n_kept = kept[b]
+    w = within[b]
+    compacting = n_kept <= cap
+    for g in range(len(packed)):
+        if ~((packed[g] | _HIGH_BYTES) - np.uint64(t + 1) * _LOW_BYTES) & _HIGH_BYTES == 0:
+            continue
+        for i in range(8 * g, 8 * g + 8):
+            d = np.int64(dist[i])
+            if d > t:
+                continue
+            if n_kept < cap:
+                sel[b, n_kept] = start + i
+                sel_d[b, n_kept] = d
+            n_kept += 1
+            cnt[b, d] += 1
+            w += 1
+            while t > 0 and w - cnt[b, t] >= k:
+                w -= cnt[b, t]
+                t -= 1
+            if n_kept == cap and compacting:
+                j = 0
+                for c in range(cap):
+                    if sel_d[b, c] <= t:
+                        sel[b, j] = sel[b, c]
+                        sel_d[b, j] = sel_d[b, c]
+                        j += 1
+                compacting = j < cap
+                n_kept = j
+    tau[b] = t
+    kept[b] = n_kept
+    within[b] = w
+
+
+@njit
+def _knn_word_kernel(xq, flat, ids, by_id, bits, max_radius, k, with_stats):
+    """k-NN of one-word codes (``k >= 1``: the ``k`` nearest within ``max_radius``), blocked:
+    the queries in blocks of up to :data:`KNN_QUERY_BLOCK`, the items in blocks of
+    :data:`KNN_ITEM_BLOCK`; for each item block every query of the block computes its
+    distances to the block's codes (:func:`_block_distances`, vectorized) and, only when their
+    minimum is within its running cut-off, keeps them (:func:`_keep_within`). The codes
+    stream from memory once per query block, not once per query; after the first blocks a
+    query's cut-off is near its k-th distance and the keep step is rare.
+
+    The kept items are emitted in (distance, id) order by
+    :func:`bucketsearch.index.kernels.counting_sort`, as :func:`_scan_kernel` does (whose
+    single-query pass redoes a query whose kept row overflowed: more ties within the cut-off
+    than the row holds). Statistics ``(5, nq, bits + 1)`` hold ``items`` per distance; a
+    query's ``total_ns`` is its block's time divided among the block's queries. Returns
+    :func:`chunk_result`'s tuple."""
+    nq = xq.shape[0]
+    n = len(flat)
+    counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
+        nq, len(STAT_FIELDS), nq if with_stats else 0, bits + 1)
+    cap = min(max(4096, 2 * k + 1024), max(n, 1))
+    qb = max(1, min(KNN_QUERY_BLOCK, KNN_BLOCK_ENTRIES // cap))
+    sel = np.empty((qb, cap), dtype=np.int64)
+    sel_d = np.empty((qb, cap), dtype=np.int32)
+    cnt = np.zeros((qb, max_radius + 1), dtype=np.int64)
+    tau = np.empty(qb, dtype=np.int64)
+    kept = np.zeros(qb, dtype=np.int64)
+    within = np.zeros(qb, dtype=np.int64)
+    dist = np.empty(KNN_ITEM_BLOCK, dtype=np.uint8)
+    dist_words = dist.view(np.uint64)
+    hist = np.zeros(bits + 2, dtype=np.int64)
+    fill = np.zeros(bits + 2, dtype=np.int64)
+    words = flat.reshape(n, 1)
+    redo = np.empty(1024, dtype=np.int64)
+    redo_d = np.empty(1024, dtype=np.int32)
+    n_out = 0
+    for q0 in range(0, nq, qb):
+        t0 = monotonic_ns() if with_stats else 0
+        nb = min(qb, nq - q0)
+        tau[:nb] = max_radius
+        kept[:nb] = 0
+        within[:nb] = 0
+        cnt[:nb] = 0
+        for i0 in range(0, n, KNN_ITEM_BLOCK):
+            codes = flat[i0:i0 + KNN_ITEM_BLOCK]
+            packed = dist_words[:(len(codes) + 7) >> 3]  # the last block's tail: 255
+            dist[len(codes):] = 255
+            for b in range(nb):
+                if kept[b] > cap:
+                    continue  # overflowed: redone below
+                if _block_distances(xq[q0 + b, 0], codes, dist) <= tau[b]:
+                    _keep_within(dist, packed, i0, k, b, tau, sel, sel_d, kept, cnt, within)
+        share = (monotonic_ns() - t0) // nb if with_stats else 0
+        for b in range(nb):
+            qi = q0 + b
+            t1 = monotonic_ns() if with_stats else 0
+            if kept[b] > cap:  # rare: the single-query pass, its buffer grown until it fits
+                while True:
+                    n_kept, t = _collect(xq, qi, words, max_radius, k, redo, redo_d,
+                                         np.iinfo(np.int64).max)
+                    if n_kept <= len(redo):
+                        break
+                    redo = np.empty(2 * n_kept, dtype=np.int64)
+                    redo_d = np.empty(2 * n_kept, dtype=np.int32)
+                cand, cand_d = redo, redo_d
+            else:
+                n_kept, t = kept[b], tau[b]
+                cand, cand_d = sel[b], sel_d[b]
+            # the kept items within the final cut-off (~k of the ~k ln(n / k) kept), their
+            # positions to ids: one random read each, so only theirs
+            hist[:t + 1] = 0
+            j = 0
+            for c in range(n_kept):
+                if cand_d[c] <= t:
+                    hist[cand_d[c]] += 1
+                    cand[j] = cand[c]
+                    cand_d[j] = cand_d[c]
+                    j += 1
+            n_kept = j
+            for c in range(n_kept):
+                cand[c] = ids[cand[c]]
+            out_i = grow(out_i, n_out + n_kept)
+            out_d = grow(out_d, n_out + n_kept)
+            got = min(counting_sort(cand_d, cand, n_kept, None, hist, 0, t, fill, out_d, out_i,
+                                    n_out, by_id), k)
+            n_out += got
+            counts[qi] = got
+            radii[qi] = t + 1
+            if with_stats:
+                stats[ITEMS, qi, :t + 1] = hist[:t + 1]
+                total_ns[qi] = share + monotonic_ns() - t1
+    return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from, -1)
+
+
 @njit
 def _scan_kernel(xq, words, ids, by_id, bits, max_radius, k, with_stats, max_results, stop):
     """Range search (``k < 0``, all items with ``d <= max_radius``) or k-NN (``k >= 1``: the
@@ -285,6 +456,13 @@ class LinearScan(IndexBase):
     def _run(self, xq, max_radius, k, stats, max_results=None):
         if k < 0 and self._flat is not None:
             return self._run_range_word(xq, max_radius, stats, max_results)
+        if self._flat is not None:  # k-NN of one-word codes: the blocked kernel
+            lims, D, I, rest = run_chunked(
+                lambda chunk: _knn_word_kernel(chunk, self._flat, self.ids, self.by_id,
+                                               self.bits, max_radius, k, bool(stats)),
+                xq, self.threads)
+            return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
+                    else (lims, D, I))
         stop = np.zeros(1, dtype=np.int64)
         cap = check_max_results(max_results)
         lims, D, I, rest = run_chunked(
