@@ -2,9 +2,10 @@
 
 Uniform 64-bit codes (2M by default, ``--n 10000000``); queries: random codes, and near ones
 (database codes with ``--flips`` bits flipped); k = 1, 10, 100. Engines: ``auto`` (the planner,
-its default substring count), ``mih`` with the default substring count and with ``m = 4``
-(``--m``; 16-bit substrings at these sizes, see bench/RESULTS.md), our scan, FAISS
-``IndexBinaryFlat`` built in the same process. Every answer is compared with FAISS's: the
+its default substring count; the plan, which engine answered how many queries and the
+predicted costs are printed and saved), ``mih`` with the default substring count and with
+``m = 4`` (``--m``; 16-bit substrings at these sizes, see bench/RESULTS.md), our scan (the
+blocked k-NN scan of index/scan.py), FAISS ``IndexBinaryFlat`` built in the same process. Every answer is compared with FAISS's: the
 distances row for row, and the ids where FAISS's order is the same as ours ((distance, id):
 FAISS breaks ties by id too for IndexBinaryFlat, checked here). Time: thread CPU time
 (``time.thread_time``) of each batch, the best of ``--reps`` runs, engines interleaved run by
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -60,6 +62,7 @@ def main() -> None:
     engines["scan"].build(xb, ids)
     for e in engines.values():
         e.threads = 1
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     flat = faiss.IndexBinaryFlat(bits)
     flat.add(to_packed(xb, bits))
     default_m = engines["mih m=default"].substrings
@@ -91,6 +94,10 @@ def main() -> None:
             row["faiss_us_per_query"] = best["faiss flat"] / len(xq) * 1e6
             plan = engines["auto"].last_plan
             row["auto_plan"] = plan["mode"]
+            row["auto_ran"] = plan.get("ran")
+            row["auto_deferred_to_scan"] = plan.get("deferred_to_scan")
+            row["auto_mih_budget_us"] = (None if plan.get("mih_budget_ns") is None
+                                         else plan["mih_budget_ns"] / 1e3)
             row["auto_predicted_us"] = {m: None if v is None else v / 1e3
                                         for m, v in plan["predicted_ns"].items()}
             row["auto_radius"] = plan["radius"]
@@ -102,10 +109,15 @@ def main() -> None:
             pred = {m: None if v is None else round(v) for m, v in
                     row["auto_predicted_us"].items()}
             print(f"{qname:6} k={k:<3} faiss {row['faiss_us_per_query']:8.0f} us | {cells} | "
-                  f"auto ran {plan['mode']} (R {plan['radius']}, predicted us {pred})", flush=True)
+                  f"auto planned {plan['mode']}, ran {plan.get('ran')} (deferred to the scan "
+                  f"{plan.get('deferred_to_scan')} of {len(xq)}; R {plan['radius']}, predicted "
+                  f"us {pred})", flush=True)
     OUT.mkdir(exist_ok=True)
     path = OUT / f"bench_knn_{n}.json"
-    path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    path.write_text(json.dumps({"args": vars(args), "rows": rows,
+                                "scan_calibration": engines["auto"].calibration["scan"]},
+                               indent=1))
     print(f"wrote {path}")
 
 

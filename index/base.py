@@ -276,6 +276,26 @@ def knn_to_csr(D: np.ndarray, I: np.ndarray):
     return lims, D[keep], I[keep]
 
 
+def splice_rows(lims: np.ndarray, D: np.ndarray, I: np.ndarray, rows: np.ndarray,
+                lims_b: np.ndarray, D_b: np.ndarray, I_b: np.ndarray):
+    """CSR results ``(lims, D, I)`` with the (empty) rows ``rows`` (increasing) replaced by the
+    rows of ``(lims_b, D_b, I_b)`` in turn: e.g. queries a multi-index k-NN search gave up,
+    answered by a scan. Returns the new ``(lims, D, I)``."""
+    nq = len(lims) - 1
+    counts = np.diff(lims)
+    counts[rows] = np.diff(lims_b)
+    out_lims = np.zeros(nq + 1, dtype=np.int64)
+    np.cumsum(counts, out=out_lims[1:])
+    out_d = np.empty(out_lims[-1], dtype=D.dtype)
+    out_i = np.empty(out_lims[-1], dtype=I.dtype)
+    for lm, d, i, query in ((lims, D, I, np.arange(nq)), (lims_b, D_b, I_b, rows)):
+        row = np.repeat(np.arange(len(lm) - 1), np.diff(lm))  # each entry's row (lims[0] = 0)
+        dest = out_lims[query[row]] + np.arange(len(row)) - lm[row]
+        out_d[dest] = d[:len(row)]
+        out_i[dest] = i[:len(row)]
+    return out_lims, out_d, out_i
+
+
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 

@@ -66,7 +66,7 @@ from bucketsearch.index.codes import check_bits, n_words, word_widths
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
-from bucketsearch.index.mih_knn import _mih_knn_kernel
+from bucketsearch.index.mih_knn import knn_search
 from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
 from bucketsearch.index.table import HASH_MULTIPLIER
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
@@ -870,14 +870,7 @@ class MultiIndex(IndexBase):
         :func:`_mih_kernel`'s radius steps."""
         if not self.knn_incremental():
             return self._run(xq, max_radius, k, stats)
-        t = self.tables
-        args = (k, max_radius, self.sub_widths, self._step_array(max_radius), self.max_probes,
-                bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words,
-                self.ids, self._word_width)
-        lims, D, I, rest = run_chunked(lambda chunk: _mih_knn_kernel(chunk, *args), xq,
-                                       self.threads)
-        return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
-                else (lims, D, I))
+        return knn_search(self, xq, k, stats, max_radius)
 
     def _run_exact(self, xq, R, stats, max_results):
         """Range search with ``R < m`` of one-word codes: :func:`_mih_exact_kernel` (R + 1

@@ -22,6 +22,17 @@ When a step would push the query over ``max_probes`` probes, or would probe more
 there are items, the query verifies every item instead (``words``, ``ids``: a scan, exact) and
 ``scanned_from`` records the step, as :func:`bucketsearch.index.mih._mih_kernel` does.
 
+A time budget (``budget_ticks`` of :func:`~bucketsearch.index._jit.cycle_counter`, checked
+after every block of :data:`SPAN_BLOCK` probes and their candidates and after every step)
+gives a query up: it returns no result and ``scanned_from = DEFERRED``, for the caller to
+answer by the blocked scan of :mod:`index.scan` with the other queries given up
+(:func:`knn_search`). A query far from every item (the k-th neighbour of a uniform 2M set
+lies at distance 13-17, where the pigeonhole bound makes ~10% of the items candidates, each a
+random read) then costs the scan's share of a pass plus at most the budget (and one block).
+The budget is time, not a model of it: a modeled budget (ns per probe and per candidate,
+fitted on near queries) let random queries run 2-5x past it (probes that miss the caches,
+top-k insertions while fewer than k are held).
+
 Statistics per step ``R`` (as :func:`bucketsearch.index.mih._mih_kernel`'s, ``(7, nq, max_radius +
 1)``): probes, non-empty / empty buckets, items (results at distance exactly ``R``), lookup_ns,
 candidates (bucket entries read) and unique_candidates (first visits: no earlier step's table
@@ -31,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index._jit import monotonic_ns, njit, popcount64
+from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
+from bucketsearch.index.base import SearchStats, run_chunked, splice_rows, stats_from_chunks
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
 from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
@@ -40,6 +52,10 @@ from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_D
 from bucketsearch.index.table import HASH_MULTIPLIER
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
+#: ``scanned_from`` of a query given up past its time budget (no result: the caller scans it)
+DEFERRED = -2
+#: the budget (cycle-counter ticks) of a search without one
+NO_BUDGET = np.iinfo(np.int64).max
 
 
 @njit(inline="always")
@@ -66,11 +82,13 @@ def _offer(td, ti, filled, d, v):
 
 @njit
 def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, tables,
-                    starts, slots, bitmap, positions, words, ids, word_width):
+                    starts, slots, bitmap, positions, words, ids, word_width, budget_ticks):
     """The ``k`` nearest items within ``max_radius`` of every query (one-word codes) by the
     incremental multi-index search of the module docstring. Returns :func:`chunk_result`'s
     tuple: CSR counts, D, I ordered by (distance, id), statistics ``(7, nq, max_radius + 1)``,
-    radii (steps run), total_ns, scanned_from and the results counted."""
+    radii (steps run), total_ns, scanned_from and the results counted. A query that has run
+    ``budget_ticks`` cycle-counter ticks at a check (the module docstring) and is not done is
+    given up (``scanned_from = DEFERRED``, no result; its statistics up to then)."""
     nq = xq.shape[0]
     m = len(widths)
     n = len(ids)
@@ -103,6 +121,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
         bound_id = np.int64(0)
         spent = 0
         last = -1
+        t_start = cycle_counter()
+        deferred = False
         for R in range(width):
             if n == 0:
                 break
@@ -215,6 +235,9 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             if filled == kk:
                                 bound = td[kk - 1]
                                 bound_id = ti[kk - 1]
+                if not done and cycle_counter() - t_start > budget_ticks:
+                    deferred = True
+                    break
             if with_stats:
                 stats[PROBES, qi, R] = probes
                 stats[NONEMPTY, qi, R] = nonempty
@@ -222,9 +245,17 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 stats[CANDIDATES, qi, R] = cands
                 stats[UNIQUE_CANDIDATES, qi, R] = unique
                 stats[LOOKUP_NS, qi, R] = monotonic_ns() - t0
+            if deferred:
+                break  # given up inside the step: it is not complete
             if filled == kk and td[kk - 1] <= R:
                 break  # every unseen item is at distance >= R + 1 > the k-th
+            if cycle_counter() - t_start > budget_ticks:
+                deferred = True
+                break
         radii[qi] = last + 1
+        if deferred:
+            scanned_from[qi] = DEFERRED
+            filled = 0
         for c in range(filled):
             out_d[n_out + c] = td[c]
             out_i[n_out + c] = ti[c]
@@ -235,3 +266,43 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
         if with_stats:
             total_ns[qi] = monotonic_ns() - t_query
     return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from, -1)
+
+
+def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=None):
+    """k-NN of ``xq`` by :func:`_mih_knn_kernel` over the tables of ``mih`` (a
+    :class:`~bucketsearch.index.mih.MultiIndex` of one-word codes), in query chunks on its
+    threads. ``budget_ns``: the time budget of each query (none when None; 0 gives every
+    query up after its first block); the queries given up are answered together by ``scan`` (a
+    :class:`~bucketsearch.index.scan.LinearScan` over the same items: its blocked k-NN) and
+    spliced into the results, their statistics the scan's (``engine`` scan), their
+    ``total_ns`` counting the multi-index work given up; ``info["deferred"]`` (a dict given)
+    counts them. Returns ``(lims, D, I)`` and with ``stats`` the
+    :class:`~bucketsearch.index.base.SearchStats`."""
+    t = mih.tables
+    ticks = NO_BUDGET if budget_ns is None else min(int(budget_ns / ns_per_tick()), NO_BUDGET)
+    args = (k, max_radius, mih.sub_widths, mih._step_array(max_radius), mih.max_probes,
+            bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, mih.words, mih.ids,
+            mih._word_width, ticks)
+    lims, D, I, rest = run_chunked(lambda chunk: _mih_knn_kernel(chunk, *args), xq,
+                                   mih.threads)
+    st = mih._tagged(stats_from_chunks(rest), k) if stats else None
+    if info is not None:
+        info["deferred"] = 0
+    if budget_ns is not None:
+        scanned_from = np.concatenate([r[3] for r in rest])
+        rows = np.flatnonzero(scanned_from == DEFERRED)
+        if info is not None:
+            info["deferred"] = len(rows)
+        if len(rows):
+            if scan is None:
+                raise ValueError("a work budget needs the scan that answers the queries "
+                                 "given up")
+            out = scan._knn_csr(xq[rows], k, stats, max_radius)
+            lims, D, I = splice_rows(lims, D, I, rows, *out[:3])
+            if stats:
+                st_scan = out[3]
+                st_scan.total_ns = st_scan.total_ns + st.total_ns[rows]
+                keep = np.flatnonzero(scanned_from != DEFERRED)
+                order = np.argsort(np.concatenate([keep, rows]), kind="stable")
+                st = SearchStats.concat([st.rows(keep), st_scan]).rows(order)
+    return (lims, D, I, st) if stats else (lims, D, I)

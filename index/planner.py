@@ -11,7 +11,12 @@ Predicted per-query cost (ns), with per-step extended models fitted by
 * multi-index:  ``o_m + sum_{R'<=R} (c + a C(w_j, s) + b E[nonempty_{j,s}] + d E[items_R']
   + e E[candidates_{j,s}])`` with ``j = R' mod m``, ``s = floor(R'/m)`` (one substring shell per
   radius step, see :mod:`index.mih`);
-* scan: ``t_item * N``.
+* scan: ``t_item * N``; a k-NN scan of one-word codes (:func:`index.scan._knn_word_kernel`,
+  blocked over the queries): ``N (c + s / q) + e k (1 + ln(N / k))`` per query, ``q`` the
+  queries sharing a pass over the items (the batch, per thread, at most
+  :data:`~index.scan.KNN_QUERY_BLOCK`), ``c`` the popcount per item, ``s`` the items' stream
+  from memory, ``e`` the cost of a kept item (about ``k (1 + ln(N / k))`` of them: the k-th
+  distance so far is beaten by ~k/i of the i-th item's peers).
 
 plus the per-query time outside the radius phases (``total_ns - sum lookup_ns``: sorting and
 emitting the results), ``o0 + o1 * work`` with work = results (single) or candidates (mih). At
@@ -31,7 +36,13 @@ batches to come (:meth:`AutoIndex.calibrate` accepts real queries to re-profile)
 A single-table plan is never chosen when its exact probe count exceeds ``max_probes``, nor a
 multi-index range search over its own limit (k-NN by multi-index never fails: it switches to a
 scan, see :mod:`index.mih`). k-NN plans use the radius ``R_k``, the smallest with
-``E[items within R_k] >= k``.
+``E[items within R_k] >= k``. A k-NN plan of one-word codes (multi-index or scan) runs every query
+by the multi-index first under a time budget (:func:`index.mih_knn.knn_search`): the plan
+multi-index, ``min(S, max(S / 8, 2 P))`` (S the scan's predicted cost, P the multi-index's);
+the plan scan, ``S / 16``. A query over it is given up and answered by the blocked scan with
+the others given up: a query far from the items costs at most the budget more than the scan,
+one near them microseconds, whatever the profile expected (the profile's R_k is that of the
+calibration queries, and a sampled profile misses near duplicates).
 """
 from __future__ import annotations
 
@@ -43,13 +54,16 @@ import time
 import numpy as np
 
 from bucketsearch.index._jit import njit, popcount64
-from bucketsearch.index.base import DEFAULT_MAX_PROBES, IndexBase, ProbeLimitError
+from bucketsearch.index._jit import default_threads
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PARALLEL_MIN_QUERIES, IndexBase,
+                                     ProbeLimitError)
 from bucketsearch.index.codes import check_bits, n_words
 from bucketsearch.index.fits.paper import PaperModel, fit_paper_model
 from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.mih_knn import knn_search
 from bucketsearch.index.probe import HammingIndex
-from bucketsearch.index.scan import LinearScan
+from bucketsearch.index.scan import KNN_QUERY_BLOCK, LinearScan
 from bucketsearch.index.item_table import ItemTable
 from bucketsearch.index.kernels import row_bounds
 from bucketsearch.index.table import sort_items
@@ -60,6 +74,8 @@ CALIBRATION_PROBE_BUDGET = 50_000   # per query, single table and multi-index ea
 CALIBRATION_MAX_RADIUS = 8
 PROFILE_SAMPLE = 200_000            # items (and distinct codes) the profile compares against
 SCAN_CALIBRATION_QUERIES = 4
+#: items of the k-NN scan's batch calibration (its per-item compute cost)
+SCAN_KNN_CALIBRATION_ITEMS = 1 << 20
 SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most this many
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
 CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
@@ -80,6 +96,13 @@ KNN_CALIBRATION_K = 64
 #: at 500k items), so the fit takes a few of them, not all (all of them took 5 of a merge's 8 s)
 KNN_CALIBRATION_QUERIES = 8
 DEFAULT_SCAN_NS_PER_ITEM = 2.0
+#: the k-NN scan's ``(c, s, e)`` before calibration: ns per item per query, ns per item per
+#: pass (the stream), ns per kept item (the module docstring)
+DEFAULT_SCAN_KNN = (0.1, 0.2, 100.0)
+#: a multi-index k-NN query's work budget: at least this share of the scan's predicted cost
+KNN_MIH_BUDGET_SHARE = 1 / 8
+#: the work budget of the multi-index try that precedes a k-NN scan, as a share of its cost
+KNN_MIH_TRY_SHARE = 1 / 16
 
 
 @njit
@@ -319,7 +342,7 @@ class AutoIndex(IndexBase):
                             "mih": (DEFAULT_OVERHEAD_NS, 0.0)}
         self.scan_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
         self.knn_coef = DEFAULT_KNN_COEF
-        self.scan_knn_ns_per_item = DEFAULT_SCAN_NS_PER_ITEM
+        self.scan_knn = DEFAULT_SCAN_KNN
         self.call_ns = dict.fromkeys(PLAN_MODES, 0.0)
         self.correction = {}
         self.paper = None
@@ -426,16 +449,47 @@ class AutoIndex(IndexBase):
             summary["mih_knn"] = {"ns_per_probe": self.knn_coef[0],
                                   "ns_per_candidate": self.knn_coef[1]}
             # a k-NN scan keeps a top-k (the radius-0 scan above does not): timed apart
-            k = min(KNN_CALIBRATION_K, self.ntotal)
-            few = xq[:SCAN_CALIBRATION_QUERIES]
-            self.scan_knn_ns_per_item = _best_thread_ns(
-                lambda: scan.search(few, min(k, scanned))) / len(few) / scanned
-            summary["scan"]["knn_ns_per_item"] = self.scan_knn_ns_per_item
+            self.scan_knn = self._fit_scan_knn(scan, scanned, xq)
+            summary["scan"]["knn"] = dict(zip(("ns_per_item", "ns_per_item_pass",
+                                               "ns_per_kept"), self.scan_knn))
         finally:
             self.threads = saved
         self.calibrated = True
         self.calibration = summary
         return summary
+
+    def _fit_scan_knn(self, scan: LinearScan, scanned: int, xq) -> tuple[float, float, float]:
+        """``(c, s, e)`` of the k-NN scan's cost (the module docstring): ``c`` from the
+        calibration queries (a batch of up to :data:`KNN_QUERY_BLOCK`, sharing each pass) with
+        k = 1 over the first :data:`SCAN_KNN_CALIBRATION_ITEMS` items (a compute cost: cached
+        or not, the same per item), ``e`` from the same with k = :data:`KNN_CALIBRATION_K`
+        (``+ e k (1 + ln(N / k))`` per query), ``s`` from one query with k = 1 over the
+        ``scanned`` items of the calibration scan (``c + s`` per item: the stream from
+        memory); each the best thread CPU time of :data:`CALIBRATION_REPEATS` runs, every
+        coefficient kept >= 0."""
+        batch = xq[:KNN_QUERY_BLOCK]
+        q = len(batch)
+        m = min(scanned, SCAN_KNN_CALIBRATION_ITEMS)
+        part = LinearScan(self.bits)
+        part.threads = 1
+        part.share(scan.words[:m], scan.ids[:m])
+        shared = _best_thread_ns(lambda: part.search(batch, 1)) / q / m
+        k = min(KNN_CALIBRATION_K, m)
+        with_k = _best_thread_ns(lambda: part.search(batch, k)) / q
+        one = _best_thread_ns(lambda: scan.search(xq[:1], 1)) / scanned
+        e = max(with_k - shared * m, 0.0) / (k * (1 + math.log(m / k)))
+        return (shared, max(one - shared, 0.0), e)
+
+    def scan_knn_predicted(self, k: int, nq: int) -> float:
+        """Predicted ns per query of a k-NN scan of a batch of ``nq`` queries (the module
+        docstring's model; the batch split over the threads as :func:`index.base.run_chunked`
+        does)."""
+        n = max(self.ntotal, 1)
+        threads = 1 if nq < PARALLEL_MIN_QUERIES else self._threads or default_threads()
+        q = max(1, min(-(-max(nq, 1) // max(threads, 1)), KNN_QUERY_BLOCK))
+        c, s, e = self.scan_knn
+        kk = max(1, min(k, n))
+        return n * (c + s / q) + e * kk * (1 + math.log(n / kk))
 
     def _calibration_scan(self) -> tuple[LinearScan, int]:
         """The scan the calibration times and its item count: the index's own, or one over
@@ -444,6 +498,7 @@ class AutoIndex(IndexBase):
         if m == self.ntotal:
             return self.scan, m
         part = LinearScan(self.bits)
+        part.threads = 1  # (the calibration's thread CPU time counts the calling thread's)
         part.share(self.mih.words[:m], self.mih.ids[:m])
         return part, m
 
@@ -537,11 +592,12 @@ class AutoIndex(IndexBase):
             else min(self.knn_radius(k), max_distance)
         predicted = self.predict(R)
         if k is not None:
-            predicted["scan"] = self.scan_knn_ns_per_item * max(self.ntotal, 1)
+            predicted["scan"] = self.scan_knn_predicted(k, nq)
             # mih k-NN of one-word codes (index.mih_knn) has its own costs; longer codes
             # switch to a scan past the probe budget, never fail
             predicted["mih"] = (self.knn_predicted(R) if self.mih.knn_incremental()
                                 else predicted["mih"] or predicted["scan"])
+        work = dict(predicted)
         predicted = {m: None if v is None else v + self.call_ns[m] / max(nq, 1)
                      for m, v in predicted.items()}
         feasible = {m: v for m, v in predicted.items() if v is not None}
@@ -553,6 +609,15 @@ class AutoIndex(IndexBase):
                            + ("; single table excluded: "
                               f"{self.single.probe_count(R):,} probes > max_probes"
                               if predicted["single"] is None else ""))}
+        if k is not None and mode in ("mih", "scan") and self.mih.knn_incremental():
+            # every query tries the multi-index first under a work budget, the ones over it
+            # scanned together: a query near the data is answered in microseconds whatever
+            # the profile expected (a sampled profile misses near duplicates), one far from
+            # it costs the scan and at most the budget more
+            scan_ns = work["scan"]
+            plan["mih_budget_ns"] = (
+                min(scan_ns, max(KNN_MIH_BUDGET_SHARE * scan_ns, 2 * work["mih"]))
+                if mode == "mih" else KNN_MIH_TRY_SHARE * scan_ns)
         if len(self._plan_cache) > 4096:
             self._plan_cache.clear()
         self._plan_cache[key] = plan
@@ -584,13 +649,21 @@ class AutoIndex(IndexBase):
         plan["nq"] = len(xq)
         order = sorted((m for m, v in plan["predicted_ns"].items() if v is not None),
                        key=lambda m: (m != plan["mode"], plan["predicted_ns"][m]))
+        if "mih_budget_ns" in plan:  # mih under the budget, the queries over it scanned
+            info = {}
+            out = knn_search(self.mih, xq, k, stats, max_radius,
+                             budget_ns=plan["mih_budget_ns"], scan=self.scan, info=info)
+            plan["deferred_to_scan"] = info["deferred"]
+            plan["ran"] = ("mih" if info["deferred"] == 0 else "scan"
+                           if info["deferred"] == len(xq) else "mih+scan")
+            order = []
         for mode in order:
             try:
                 out = self._index_for(mode)._knn_csr(xq, k, stats, max_radius)
             except ProbeLimitError as exc:
                 plan.setdefault("fallbacks", []).append(f"{mode}: {str(exc).split(';')[0]}")
                 continue
-            plan["mode"] = mode
+            plan["mode"] = plan["ran"] = mode
             break
         self.last_plan = plan
         if stats:
@@ -613,7 +686,7 @@ class AutoIndex(IndexBase):
                 "correction": self.correction, "call_ns": dict(self.call_ns),
                 "paper": self.paper.to_dict() if self.paper is not None else None,
                 "scan_ns_per_item": self.scan_ns_per_item,
-                "scan_knn_ns_per_item": self.scan_knn_ns_per_item,
+                "scan_knn": list(self.scan_knn),
                 "knn_coef": list(self.knn_coef), "summary": self.calibration}
 
     def restore_calibration(self, state: dict | None) -> bool:
@@ -622,8 +695,8 @@ class AutoIndex(IndexBase):
         plans at once instead of timing every engine again (a 100M index: some 25 s). False,
         and nothing changed, otherwise."""
         if not state or state.get("machine") != machine_fingerprint() \
-                or state.get("ntotal") != self.ntotal:
-            return False
+                or state.get("ntotal") != self.ntotal or "scan_knn" not in state:
+            return False  # (a state without scan_knn timed the k-NN scan before it was blocked)
         self.items_d, self.codes_d = np.array(state["items_d"]), np.array(state["codes_d"])
         self.sub_items = [np.array(a) for a in state["sub_items"]]
         self.sub_codes = [np.array(a) for a in state["sub_codes"]]
@@ -633,7 +706,7 @@ class AutoIndex(IndexBase):
         self.correction, self.call_ns = dict(state["correction"]), dict(state["call_ns"])
         self.paper = PaperModel(**state["paper"]) if state["paper"] else None
         self.scan_ns_per_item = state["scan_ns_per_item"]
-        self.scan_knn_ns_per_item = state["scan_knn_ns_per_item"]
+        self.scan_knn = tuple(state["scan_knn"])
         self.knn_coef = tuple(state["knn_coef"])
         self.calibrated = True
         self.calibration = {**state["summary"], "restored": True}

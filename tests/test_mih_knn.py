@@ -132,3 +132,119 @@ def test_substring_distances_helper_agrees():
     words, ids, xq = make_data(64, 50, 5, 1)
     assert np.array_equal(substring_distances(xq, words, 64, 5).sum(axis=2),
                           naive.hamming_matrix(xq, words, 64))
+
+
+def twin_splice(lims, D, I, rows, lims_b, D_b, I_b):
+    """:func:`bucketsearch.index.base.splice_rows` plainly: per query, its own row or, for
+    the i-th of ``rows``, row i of the second results."""
+    src = {int(r): i for i, r in enumerate(rows)}
+    out_lims, out_d, out_i = [0], [], []
+    for q in range(len(lims) - 1):
+        if q in src:
+            i = src[q]
+            seg = slice(lims_b[i], lims_b[i + 1])
+            out_d += list(D_b[seg])
+            out_i += list(I_b[seg])
+        else:
+            out_d += list(D[lims[q]:lims[q + 1]])
+            out_i += list(I[lims[q]:lims[q + 1]])
+        out_lims.append(len(out_i))
+    return out_lims, out_d, out_i
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 5), min_size=0, max_size=12), data=st.data())
+def test_splice_rows_matches_twin(sizes, data):
+    from bucketsearch.index.base import splice_rows
+    nq = len(sizes)
+    rows = sorted(data.draw(st.sets(st.integers(0, max(nq - 1, 0)), max_size=nq), label="rows")
+                  if nq else [])
+    sizes = [0 if q in rows else s for q, s in enumerate(sizes)]  # replaced rows are empty
+    lims = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    D = np.arange(lims[-1], dtype=np.int32)
+    I = 100 + np.arange(lims[-1], dtype=np.int64)
+    sizes_b = data.draw(st.lists(st.integers(0, 5), min_size=len(rows), max_size=len(rows)),
+                        label="sizes_b")
+    lims_b = np.concatenate([[0], np.cumsum(sizes_b)]).astype(np.int64)
+    D_b = -np.arange(lims_b[-1], dtype=np.int32)
+    I_b = 1000 + np.arange(lims_b[-1], dtype=np.int64)
+    rows = np.array(rows, dtype=np.int64)
+    got = splice_rows(lims, D, I, rows, lims_b, D_b, I_b)
+    want = twin_splice(lims, D, I, rows, lims_b, D_b, I_b)
+    assert got[0].tolist() == want[0] and got[1].tolist() == want[1] \
+        and got[2].tolist() == want[2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(bits=st.sampled_from([16, 32, 64]), n=st.integers(1, 600), k=st.integers(1, 60),
+       seed=st.integers(0, 2**16), clustered=st.booleans(), with_stats=st.booleans(),
+       budget=st.sampled_from([0.0, 2_000.0, 50_000.0, None]), data=st.data())
+def test_budget_gives_queries_to_the_scan(bits, n, k, seed, clustered, with_stats, budget,
+                                          data):
+    """Under a time budget (0: every query not done after its first block or step) the kernel
+    gives queries up: each has no result and scanned_from DEFERRED, every other one brute
+    force's answer; knn_search answers the given-up ones by the scan and splices them in:
+    the whole answer brute force's, the statistics tagged per query by the engine that
+    answered (``info["deferred"]`` of them the scan's)."""
+    from bucketsearch.index._jit import ns_per_tick
+    from bucketsearch.index.mih_knn import DEFERRED, NO_BUDGET, _mih_knn_kernel, knn_search
+    from bucketsearch.index.scan import LinearScan
+    words, ids, xq = make_data(bits, n, 30, seed, clustered)
+    m = data.draw(st.integers(max(min_substrings(bits), -(-bits // 63)), min(bits, 4)),
+                  label="m")
+    index = MultiIndex(bits, substrings=m)
+    index.add(words, ids)
+    scan = LinearScan(bits)
+    scan.share(index.words, index.ids)
+    eD, eI = naive.knn(xq, words, ids, bits, k)
+    t = index.tables
+    ticks = NO_BUDGET if budget is None else int(budget / ns_per_tick())
+    counts, D, I, _, _, _, scanned_from, _ = _mih_knn_kernel(
+        xq, k, bits, index.sub_widths, index._step_array(bits), index.max_probes, with_stats,
+        t.tables, t.starts, t.slots, t.bitmap, t.positions, index.words, index.ids,
+        index._word_width, ticks)
+    lims = np.concatenate([[0], np.cumsum(counts)])
+    for q in range(len(xq)):
+        if scanned_from[q] == DEFERRED:
+            assert counts[q] == 0
+        else:
+            assert counts[q] == min(k, n)  # (ids may be negative: not a padding test)
+            assert I[lims[q]:lims[q + 1]].tolist() == eI[q][:counts[q]].tolist()
+            assert D[lims[q]:lims[q + 1]].tolist() == eD[q][:counts[q]].tolist()
+    if budget is None:
+        assert not (scanned_from == DEFERRED).any()
+    info = {}
+    out = knn_search(index, xq, k, with_stats, bits, budget_ns=budget, scan=scan, info=info)
+    from bucketsearch.index.base import csr_to_knn
+    gD, gI = csr_to_knn(*out[:3], k)
+    assert np.array_equal(gD, eD) and np.array_equal(gI, eI)
+    if with_stats:
+        names = out[3].engine_names()
+        assert names.count("scan") == info["deferred"]
+        assert set(names) <= {"mih", "scan"}
+        codes = out[3].codes_compared
+        assert all(codes[q] == len(ids) for q in range(len(xq)) if names[q] == "scan")
+
+
+def test_planned_knn_tries_the_multi_index_first():
+    """A k-NN plan of one-word codes carries a budget whatever its mode; near-duplicate
+    queries are answered by the multi-index even when the plan is the scan (k = 100 here),
+    random ones the scan's; every answer brute force's."""
+    from bucketsearch.index.synth import queries_near, uniform_codes
+    words = uniform_codes(60_000, 64, seed=1)
+    ids = np.arange(len(words))
+    index = AutoIndex(64, calibration_queries=16)
+    index.add(words, ids)
+    index.threads = 1
+    near = queries_near(words, 20, 64, flips=0, seed=2)  # each a database code
+    far = uniform_codes(20, 64, seed=3)
+    for xq, k in ((near, 1), (far, 1), (far, 100)):
+        D, I, st_ = index.search(xq, k, stats=True)
+        eD, eI = naive.knn(xq, words, ids, 64, k)
+        assert np.array_equal(D, eD) and np.array_equal(I, eI)
+        plan = index.last_plan
+        assert plan["mih_budget_ns"] > 0 and plan["mode"] in ("mih", "scan")
+        assert plan["deferred_to_scan"] == st_.engine_names().count("scan")
+    D, I = index.search(near, 1)
+    assert index.last_plan["ran"] in ("mih", "mih+scan")  # exact matches: R = 0, one step
+    assert index.last_plan["deferred_to_scan"] == 0

@@ -267,7 +267,9 @@ def test_scan_calibrated_on_a_prefix_of_the_items(monkeypatch):
     assert m == 1_000 and part is not index.scan and part.words.base is not None
     summary = index.calibrate()
     assert 0 < summary["scan"]["ns_per_item"] < 1e4
-    assert 0 < summary["scan"]["knn_ns_per_item"] < 1e4
+    knn = summary["scan"]["knn"]  # (c, s, e) of the blocked k-NN scan
+    assert 0 < knn["ns_per_item"] < 1e4 and knn["ns_per_item_pass"] >= 0 \
+        and knn["ns_per_kept"] >= 0
     xq = queries_near(words, 5, 64, seed=4)
     lims, D, I = index.range_search(xq, 3)
     nl, nD, nI = naive.range_search(xq, words, np.arange(len(words)), 64, 3)
