@@ -188,7 +188,7 @@ def _knn_word_kernel(xq, flat, ids, by_id, bits, max_radius, k, with_stats):
     n = len(flat)
     counts, stats, radii, total_ns, scanned_from, out_d, out_i = chunk_outputs(
         nq, len(STAT_FIELDS), nq if with_stats else 0, bits + 1)
-    cap = min(max(4096, 2 * k + 1024), max(n, 1))
+    cap = min(max(1024, 4 * k), max(n, 1))
     qb = max(1, min(KNN_QUERY_BLOCK, KNN_BLOCK_ENTRIES // cap))
     sel = np.empty((qb, cap), dtype=np.int64)
     sel_d = np.empty((qb, cap), dtype=np.int32)

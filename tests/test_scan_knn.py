@@ -138,7 +138,7 @@ def test_knn_scan_matches_brute_force(bits, n, nq, k, pool, seed, by_id, data):
 @pytest.mark.parametrize("k", [1, 3, 5000])
 def test_more_ties_than_a_kept_row_holds(by_id, k):
     """9,000 items on three codes: every query ties thousands of items at its cut-off, more
-    than a kept row holds (4,096 + ...), so the kernel redoes those queries by the
+    than a kept row holds (max(1,024, 4k)), so the kernel redoes those queries by the
     single-query pass; the answers still brute force's."""
     rng = np.random.default_rng(3)
     codes = np.array([0, 2**64 - 1, 0x0F0F0F0F0F0F0F0F], dtype=np.uint64)
