@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index._jit import cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64
+from bucketsearch.index._jit import (cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64,
+                                     prefetch)
 from bucketsearch.index.base import SearchStats, run_chunked, splice_rows, stats_from_chunks
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
@@ -52,6 +53,8 @@ from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_D
 from bucketsearch.index.table import HASH_MULTIPLIER
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
+#: Candidates per bucket whose position and code are prefetched between pass 1 and pass 2
+PREFETCH_ITEMS = 8
 #: ``scanned_from`` of a query given up past its time budget (no result: the caller scans it)
 DEFERRED = -2
 #: the budget (cycle-counter ticks) of a search without one
@@ -205,6 +208,17 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                     if mask > top or r == 0:
                         done = True
                         break
+                # pass 1b: the first candidates of every bucket brought into the caches, their
+                # positions then their codes (loads that depend on one another, all issued
+                # before any is waited for: a candidate's code is a random read)
+                for bi in range(nb):
+                    for t in range(spans[2 * bi], min(spans[2 * bi + 1],
+                                                      spans[2 * bi] + PREFETCH_ITEMS)):
+                        prefetch(positions, t)
+                for bi in range(nb):
+                    for t in range(spans[2 * bi], min(spans[2 * bi + 1],
+                                                      spans[2 * bi] + PREFETCH_ITEMS)):
+                        prefetch(words, positions[t])
                 # pass 2: verify their items
                 nonempty += nb
                 hashed = not tables[j, T_DIRECT]
