@@ -31,7 +31,9 @@ lies at distance 13-17, where the pigeonhole bound makes ~10% of the items candi
 random read) then costs the scan's share of a pass plus at most the budget (and one block).
 The budget is time, not a model of it: a modeled budget (ns per probe and per candidate,
 fitted on near queries) let random queries run 2-5x past it (probes that miss the caches,
-top-k insertions while fewer than k are held).
+top-k insertions while fewer than k are held). But a query is given up only once its modeled
+work (``probe_ns x probes + candidate_ns x candidates``) has passed ``min_work_ns`` too: a
+light query preempted on a loaded machine (its time inflated, not its work) goes on.
 
 Statistics per step ``R`` (as :func:`bucketsearch.index.mih._mih_kernel`'s, ``(7, nq, max_radius +
 1)``): probes, non-empty / empty buckets, items (results at distance exactly ``R``), lookup_ns,
@@ -85,13 +87,14 @@ def _offer(td, ti, filled, d, v):
 
 @njit
 def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, tables,
-                    starts, slots, bitmap, positions, words, ids, word_width, budget_ticks):
+                    starts, slots, bitmap, positions, words, ids, word_width, budget_ticks,
+                    probe_ns, candidate_ns, min_work_ns):
     """The ``k`` nearest items within ``max_radius`` of every query (one-word codes) by the
     incremental multi-index search of the module docstring. Returns :func:`chunk_result`'s
     tuple: CSR counts, D, I ordered by (distance, id), statistics ``(7, nq, max_radius + 1)``,
     radii (steps run), total_ns, scanned_from and the results counted. A query that has run
-    ``budget_ticks`` cycle-counter ticks at a check (the module docstring) and is not done is
-    given up (``scanned_from = DEFERRED``, no result; its statistics up to then)."""
+    ``budget_ticks`` cycle-counter ticks at a check (the module docstring), its modeled work
+    past ``min_work_ns``, and is not done is given up (``scanned_from = DEFERRED``, no result; its statistics up to then)."""
     nq = xq.shape[0]
     m = len(widths)
     n = len(ids)
@@ -125,6 +128,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
         spent = 0
         last = -1
         t_start = cycle_counter()
+        q_work = 0.0  # modeled ns of the steps before this one
         deferred = False
         for R in range(width):
             if n == 0:
@@ -249,7 +253,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             if filled == kk:
                                 bound = td[kk - 1]
                                 bound_id = ti[kk - 1]
-                if not done and cycle_counter() - t_start > budget_ticks:
+                if not done and cycle_counter() - t_start > budget_ticks and \
+                        q_work + probe_ns * probes + candidate_ns * cands > min_work_ns:
                     deferred = True
                     break
             if with_stats:
@@ -263,7 +268,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 break  # given up inside the step: it is not complete
             if filled == kk and td[kk - 1] <= R:
                 break  # every unseen item is at distance >= R + 1 > the k-th
-            if cycle_counter() - t_start > budget_ticks:
+            q_work += probe_ns * probes + candidate_ns * cands
+            if cycle_counter() - t_start > budget_ticks and q_work > min_work_ns:
                 deferred = True
                 break
         radii[qi] = last + 1
@@ -282,11 +288,13 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     return chunk_result(counts, out_d, out_i, n_out, stats, radii, total_ns, scanned_from, -1)
 
 
-def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=None):
+def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=None,
+               work_coef=(0.0, 0.0), min_work_ns=0.0):
     """k-NN of ``xq`` by :func:`_mih_knn_kernel` over the tables of ``mih`` (a
     :class:`~bucketsearch.index.mih.MultiIndex` of one-word codes), in query chunks on its
     threads. ``budget_ns``: the time budget of each query (none when None; 0 gives every
-    query up after its first block); the queries given up are answered together by ``scan`` (a
+    query up after its first block), given up only past ``min_work_ns`` of modeled work too
+    (``work_coef``: ns per probe, per candidate); the queries given up are answered together by ``scan`` (a
     :class:`~bucketsearch.index.scan.LinearScan` over the same items: its blocked k-NN) and
     spliced into the results, their statistics the scan's (``engine`` scan), their
     ``total_ns`` counting the multi-index work given up; ``info["deferred"]`` (a dict given)
@@ -296,7 +304,8 @@ def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=No
     ticks = NO_BUDGET if budget_ns is None else min(int(budget_ns / ns_per_tick()), NO_BUDGET)
     args = (k, max_radius, mih.sub_widths, mih._step_array(max_radius), mih.max_probes,
             bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, mih.words, mih.ids,
-            mih._word_width, ticks)
+            mih._word_width, ticks, float(work_coef[0]), float(work_coef[1]),
+            float(min_work_ns))
     lims, D, I, rest = run_chunked(lambda chunk: _mih_knn_kernel(chunk, *args), xq,
                                    mih.threads)
     st = mih._tagged(stats_from_chunks(rest), k) if stats else None

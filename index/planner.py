@@ -103,6 +103,10 @@ DEFAULT_SCAN_KNN = (0.1, 0.2, 100.0)
 KNN_MIH_BUDGET_SHARE = 1 / 8
 #: the work budget of the multi-index try that precedes a k-NN scan, as a share of its cost
 KNN_MIH_TRY_SHARE = 1 / 16
+#: a query is given up only once its modeled work (probes, candidates) passes this share of
+#: its budget too (the model underestimates far queries' time 2-5x; a preempted near query
+#: has its time inflated, not its work)
+KNN_MIH_MIN_WORK_SHARE = 1 / 8
 
 
 @njit
@@ -652,7 +656,9 @@ class AutoIndex(IndexBase):
         if "mih_budget_ns" in plan:  # mih under the budget, the queries over it scanned
             info = {}
             out = knn_search(self.mih, xq, k, stats, max_radius,
-                             budget_ns=plan["mih_budget_ns"], scan=self.scan, info=info)
+                             budget_ns=plan["mih_budget_ns"], scan=self.scan, info=info,
+                             work_coef=self.knn_coef,
+                             min_work_ns=KNN_MIH_MIN_WORK_SHARE * plan["mih_budget_ns"])
             plan["deferred_to_scan"] = info["deferred"]
             plan["ran"] = ("mih" if info["deferred"] == 0 else "scan"
                            if info["deferred"] == len(xq) else "mih+scan")

@@ -178,14 +178,17 @@ def test_splice_rows_matches_twin(sizes, data):
 @settings(max_examples=40, deadline=None)
 @given(bits=st.sampled_from([16, 32, 64]), n=st.integers(1, 600), k=st.integers(1, 60),
        seed=st.integers(0, 2**16), clustered=st.booleans(), with_stats=st.booleans(),
-       budget=st.sampled_from([0.0, 2_000.0, 50_000.0, None]), data=st.data())
+       budget=st.sampled_from([0.0, 2_000.0, 50_000.0, None]),
+       min_work=st.sampled_from([0.0, 0.0, 5_000.0, float("inf")]), data=st.data())
 def test_budget_gives_queries_to_the_scan(bits, n, k, seed, clustered, with_stats, budget,
-                                          data):
+                                          min_work, data):
     """Under a time budget (0: every query not done after its first block or step) the kernel
     gives queries up: each has no result and scanned_from DEFERRED, every other one brute
     force's answer; knn_search answers the given-up ones by the scan and splices them in:
     the whole answer brute force's, the statistics tagged per query by the engine that
-    answered (``info["deferred"]`` of them the scan's)."""
+    answered (``info["deferred"]`` of them the scan's). A query is given up only past
+    ``min_work_ns`` of modeled work (20 ns a probe, 5 a candidate here): none past an
+    infinite one."""
     from bucketsearch.index._jit import ns_per_tick
     from bucketsearch.index.mih_knn import DEFERRED, NO_BUDGET, _mih_knn_kernel, knn_search
     from bucketsearch.index.scan import LinearScan
@@ -202,7 +205,7 @@ def test_budget_gives_queries_to_the_scan(bits, n, k, seed, clustered, with_stat
     counts, D, I, _, _, _, scanned_from, _ = _mih_knn_kernel(
         xq, k, bits, index.sub_widths, index._step_array(bits), index.max_probes, with_stats,
         t.tables, t.starts, t.slots, t.bitmap, t.positions, index.words, index.ids,
-        index._word_width, ticks)
+        index._word_width, ticks, 20.0, 5.0, min_work)
     lims = np.concatenate([[0], np.cumsum(counts)])
     for q in range(len(xq)):
         if scanned_from[q] == DEFERRED:
@@ -211,10 +214,11 @@ def test_budget_gives_queries_to_the_scan(bits, n, k, seed, clustered, with_stat
             assert counts[q] == min(k, n)  # (ids may be negative: not a padding test)
             assert I[lims[q]:lims[q + 1]].tolist() == eI[q][:counts[q]].tolist()
             assert D[lims[q]:lims[q + 1]].tolist() == eD[q][:counts[q]].tolist()
-    if budget is None:
+    if budget is None or min_work == float("inf"):
         assert not (scanned_from == DEFERRED).any()
     info = {}
-    out = knn_search(index, xq, k, with_stats, bits, budget_ns=budget, scan=scan, info=info)
+    out = knn_search(index, xq, k, with_stats, bits, budget_ns=budget, scan=scan, info=info,
+                     work_coef=(20.0, 5.0), min_work_ns=min_work)
     from bucketsearch.index.base import csr_to_knn
     gD, gI = csr_to_knn(*out[:3], k)
     assert np.array_equal(gD, eD) and np.array_equal(gI, eI)
