@@ -207,7 +207,7 @@ def test_the_check_sees_what_a_start_without_warm_up_compiles(tmp_path):
     """The check has teeth: with the warm-up off, the first requests compile the kernels."""
     result = run_check(tmp_path / "data", "--no-warmup", "--quick")
     assert {"bucketsearch.app.encode._csr_json", "bucketsearch.index.probe._probe_kernel",
-            "bucketsearch.index.scan._scan_kernel",
+            "bucketsearch.index.scan._knn_word_kernel",
             "bucketsearch.index.item_table._fill_slots"} <= set(result["new"])
 
 
