@@ -94,7 +94,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     tuple: CSR counts, D, I ordered by (distance, id), statistics ``(7, nq, max_radius + 1)``,
     radii (steps run), total_ns, scanned_from and the results counted. A query that has run
     ``budget_ticks`` cycle-counter ticks at a check (the module docstring), its modeled work
-    past ``min_work_ns``, and is not done is given up (``scanned_from = DEFERRED``, no result; its statistics up to then)."""
+    past ``min_work_ns``, and is not done is given up (``scanned_from = DEFERRED``, no result;
+    its statistics up to then)."""
     nq = xq.shape[0]
     m = len(widths)
     n = len(ids)
@@ -294,9 +295,9 @@ def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=No
     :class:`~bucketsearch.index.mih.MultiIndex` of one-word codes), in query chunks on its
     threads. ``budget_ns``: the time budget of each query (none when None; 0 gives every
     query up after its first block), given up only past ``min_work_ns`` of modeled work too
-    (``work_coef``: ns per probe, per candidate); the queries given up are answered together by ``scan`` (a
-    :class:`~bucketsearch.index.scan.LinearScan` over the same items: its blocked k-NN) and
-    spliced into the results, their statistics the scan's (``engine`` scan), their
+    (``work_coef``: ns per probe, per candidate); the queries given up are answered together
+    by ``scan`` (a :class:`~bucketsearch.index.scan.LinearScan` over the same items: its
+    blocked k-NN) and spliced into the results, their statistics the scan's (``engine`` scan), their
     ``total_ns`` counting the multi-index work given up; ``info["deferred"]`` (a dict given)
     counts them. Returns ``(lims, D, I)`` and with ``stats`` the
     :class:`~bucketsearch.index.base.SearchStats`."""
