@@ -6,8 +6,9 @@ its default substring count; the plan, which engine answered how many queries an
 predicted costs are printed and saved), ``mih`` with the default substring count and with
 ``m = 4`` (``--m``; 16-bit substrings at these sizes, see bench/RESULTS.md), our scan (the
 blocked k-NN scan of index/scan.py), FAISS ``IndexBinaryFlat`` built in the same process.
-Every answer is compared with FAISS's: the distances row for row, and the ids where FAISS's order is the same as ours ((distance, id):
-FAISS breaks ties by id too for IndexBinaryFlat, checked here). Time: thread CPU time
+Every answer is compared with FAISS's: the distances row for row, and the ids where FAISS's
+order is the same as ours ((distance, id): FAISS breaks ties by id too for IndexBinaryFlat,
+checked here). Time: thread CPU time
 (``time.thread_time``) of each batch, the best of ``--reps`` runs, engines interleaved run by
 run, so other processes on a shared machine hit them alike; ratios are FAISS time / ours.
 
