@@ -56,9 +56,8 @@ import threading
 
 import numpy as np
 
-from bucketsearch.index._jit import (clz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
-                                    prefetch,
-                                    popcount64)
+from bucketsearch.index._jit import (clz64, ctz64, cycle_counter, monotonic_ns, njit,
+                                    ns_per_tick, popcount64, prefetch)
 from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
                                      check_max_results, raise_if_over, raise_if_reached,
                                      run_chunked, run_resumable_chunked, stats_from_chunks)
@@ -72,7 +71,7 @@ from bucketsearch.index.table import HASH_MULTIPLIER
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
                                            T_MASK, T_SHIFT, T_SLOTS, T_START, T_WIDTH,
                                            SubstringTables, substring_of,
-                                           bucket, bucket_end, build_tables, distinct_values,
+                                           bucket, build_tables, bucket_ends, distinct_values,
                                            item_substring, run_sizes, table_rows,
                                            table_values_at)
 from bucketsearch.index.probe import next_prefix
@@ -88,56 +87,14 @@ CLOCK_GROUP = 32
 #: Candidates per lookup whose position, code and id are prefetched after a block's lookups
 #: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save)
 PREFETCH_ITEMS = 2
-#: Results of one query ordered by insertion sort (more: by merging, see :func:`_order_runs`).
-SMALL_SORT = 32
 
 
 @njit
-def _hashed_bucket(key, j, tables, slots, bitmap, positions, words, word_width):
-    """``(lo, hi)`` of substring value ``key`` in hashed table ``j``, its end found by reading
-    the items (:func:`index.mih_tables.bucket` and :func:`~index.mih_tables.bucket_end`,
-    written out: inlined helpers taking the arrays refcounted them at every call; a call of
-    this one is not inlined). One-word codes compare a shift and a mask of the code."""
-    n = words.shape[0]
-    pb = j * n
-    h = key * HASH_MULTIPLIER
-    f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
-    if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits != fbits:
-        return np.int64(0), np.int64(0)
-    sb = tables[j, T_BASE]
-    n_slots = np.uint64(tables[j, T_SLOTS])
-    fpb = np.uint64(tables[j, T_FP_BITS])
-    sl, fp = home_and_fingerprint(h, n_slots, fpb)
-    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
-    one_word = words.shape[1] == 1
-    shift = np.uint64(tables[j, T_SHIFT])
-    mask = np.uint64(tables[j, T_MASK])
-    while True:
-        e = np.uint64(slots[sb + np.int64(sl)])
-        if e == np.uint64(0):
-            return np.int64(0), np.int64(0)
-        if (e & fp_mask) == fp:
-            lo = np.int64(e >> fpb) - 1
-            hi = lo
-            while hi < n:
-                p = np.int64(positions[pb + hi])
-                v = (words[p, 0] >> shift) & mask if one_word else \
-                    substring_of(words, p, tables[j, T_START], tables[j, T_WIDTH], word_width)
-                if v != key:
-                    break
-                hi += 1
-            if hi > lo:
-                return lo, hi
-        sl += np.uint64(1)
-        if sl == n_slots:
-            sl = np.uint64(0)
-
-
-@njit
-def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positions, words,
-                            word_width, hits):
+def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positions, ends,
+                            words, word_width, hits):
     """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in substring table
-    ``j`` (:func:`index.mih_tables.bucket`): ``(probes, nonempty)``, the non-empty buckets'
+    ``j`` (:func:`index.mih_tables.bucket`; a direct table's written out, a helper taking the
+    arrays refcounts them per call): ``(probes, nonempty)``, the non-empty buckets'
     ``(lo, hi)`` in ``hits[2 b], hits[2 b + 1]`` while it has room (the count goes on). The
     r-bit masks: a prefix of r - 1 bits (:func:`index.probe.next_prefix`) and a last bit above
     its highest one."""
@@ -149,7 +106,8 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
             lo = np.int64(starts[sd + np.int64(q)])
             hi = np.int64(starts[sd + np.int64(q) + 1])
         else:
-            lo, hi = _hashed_bucket(q, j, tables, slots, bitmap, positions, words, word_width)
+            lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, ends, words,
+                            word_width)
         if hi > lo and room > 0:
             hits[0] = lo
             hits[1] = hi
@@ -165,12 +123,12 @@ def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positi
         for _ in range(low, bits):
             probes += 1
             key = base ^ bit
-            if direct:  # written out: a helper taking the arrays refcounts them per call
+            if direct:
                 lo = np.int64(starts[sd + np.int64(key)])
                 hi = np.int64(starts[sd + np.int64(key) + 1])
             else:
-                lo, hi = _hashed_bucket(key, j, tables, slots, bitmap, positions, words,
-                                        word_width)
+                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, ends, words,
+                                word_width)
             if hi > lo:
                 if nonempty < room:
                     hits[2 * nonempty] = lo
@@ -276,7 +234,7 @@ def _within(hist, cut):
 @njit
 def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k, max_probes,
                 with_clock, max_results, stop, tables, bucket_starts, slots, bitmap, positions,
-                words, ids, visited):
+                ends, words, ids, visited):
     """Multi-index search of every query; range search when ``k < 0``, k-NN (the ``k``
     nearest within ``max_radius``) otherwise.
 
@@ -352,7 +310,7 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                     while True:
                         probes, nonempty = _probe_substring_radius(
                             qsubs[qi, j], r, widths[j], j, tables, bucket_starts, slots,
-                            bitmap, positions, words, word_width, hits)
+                            bitmap, positions, ends, words, word_width, hits)
                         if 2 * nonempty <= len(hits):
                             break
                         hits = np.empty(4 * nonempty, dtype=np.int64)  # rare: probe again
@@ -428,70 +386,73 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
 
 
 @njit(inline="always")
-def _sort_pairs(out_d, out_i, lo, hi):
-    """Order ``out[lo:hi]`` by (distance, id): insertion sort for a few entries, else a stable
-    sort by id followed by a stable sort by distance."""
-    if hi - lo <= SMALL_SORT:
-        for a in range(lo + 1, hi):
-            d = out_d[a]
-            v = out_i[a]
-            c = a - 1
-            while c >= lo and (out_d[c] > d or (out_d[c] == d and out_i[c] > v)):
-                out_d[c + 1] = out_d[c]
-                out_i[c + 1] = out_i[c]
-                c -= 1
-            out_d[c + 1] = d
-            out_i[c + 1] = v
-        return
-    order = np.argsort(out_i[lo:hi], kind="mergesort")
-    d_sorted = out_d[lo:hi][order]
-    i_sorted = out_i[lo:hi][order]
-    order = np.argsort(d_sorted, kind="mergesort")
-    out_d[lo:hi] = d_sorted[order]
-    out_i[lo:hi] = i_sorted[order]
-
-
-@njit(inline="always")
-def _move(out_d, out_i, src, dst):
-    out_d[dst] = out_d[src]
-    out_i[dst] = out_i[src]
+def _merge_two(out_i, a, a_end, b, b_end, o):
+    """The ascending runs ``out_i[a:a_end]`` and ``out_i[b:b_end]`` merged into ``out_i[o:]``
+    (no overlap); returns the end. The step is branch-free (which run gives the next entry is
+    a select, not a jump: the runs of two tables interleave at random)."""
+    while a < a_end and b < b_end:
+        va = out_i[a]
+        vb = out_i[b]
+        take_a = np.int64(va < vb)
+        out_i[o] = va if take_a else vb
+        a += take_a
+        b += 1 - take_a
+        o += 1
+    while a < a_end:
+        out_i[o] = out_i[a]
+        a += 1
+        o += 1
+    while b < b_end:
+        out_i[o] = out_i[b]
+        b += 1
+        o += 1
+    return o
 
 
 @njit
-def _order_runs(out_d, out_i, lo, hi, runs, counts):
-    """Order ``out[lo:hi]`` by (distance, id) when it is made of runs of ascending ids
-    (``runs[j]:runs[j + 1]``, ``runs[0] = lo``, ``runs[-1] = hi``): the runs merged by id one
-    after the other, then a stable counting sort by distance (``counts``: one entry more than
-    the largest distance). ``out[hi:2 * hi - lo]`` is scratch. O(n x runs), no allocation.
-    Not inlined: called for the queries with many results only."""
-    n = hi - lo
-    for j in range(1, len(runs) - 1):
-        mid = runs[j]
-        end = runs[j + 1]
-        if mid == end or out_i[mid - 1] < out_i[mid]:
-            continue  # empty run, or already after the merged prefix
-        a = lo
-        b = mid
-        for c in range(hi, hi + end - lo):
-            if b >= end or (a < mid and out_i[a] < out_i[b]):
-                _move(out_d, out_i, a, c)
-                a += 1
+def _merge_sub_runs(out_d, out_i, o, width, sub_lo, sub_end, tmp):
+    """A query's results in (distance, id) order at ``out[o:]``, from its sub-runs: sub-run
+    ``k = j * width + d`` is ``out_i[sub_lo[k]:sub_end[k]]``, the ids (ascending) of table
+    ``j``'s results at distance ``d`` (``d < width``). Per distance, its tables' sub-runs are
+    merged by id (:func:`_merge_two`; from three on, through the scratch ``out_i[tmp:]`` and
+    ``out_i[tmp + size:]``, ``size`` the query's results); then its distances written.
+    Returns the end. The sub-runs and the scratch lie past ``o`` + the query's results."""
+    size = 0
+    for k in range(width * width):
+        size += sub_end[k] - sub_lo[k]
+    for d in range(width):
+        runs = 0
+        for j in range(width):
+            runs += sub_end[j * width + d] > sub_lo[j * width + d]
+        if runs == 0:
+            continue
+        o_d = o
+        met = 0
+        acc = 0
+        acc_end = 0
+        for j in range(width):
+            k = j * width + d
+            a = sub_lo[k]
+            a_end = sub_end[k]
+            if a_end == a:
+                continue
+            met += 1
+            if met == 1:
+                acc = a
+                acc_end = a_end
+            elif met < runs:  # into the scratch, alternating halves
+                t0 = tmp + (met % 2) * size
+                acc_end = _merge_two(out_i, acc, acc_end, a, a_end, t0)
+                acc = t0
             else:
-                _move(out_d, out_i, b, c)
-                b += 1
-        for c in range(end - lo):
-            _move(out_d, out_i, hi + c, lo + c)
-    counts[:] = 0
-    for t in range(lo, hi):
-        counts[out_d[t] + 1] += 1
-    for d in range(1, len(counts)):
-        counts[d] += counts[d - 1]
-    for t in range(lo, hi):
-        d = out_d[t]
-        _move(out_d, out_i, t, hi + counts[d])
-        counts[d] += 1
-    for c in range(n):
-        _move(out_d, out_i, hi + c, lo + c)
+                o = _merge_two(out_i, acc, acc_end, a, a_end, o)
+        if runs == 1:
+            for t in range(acc, acc_end):
+                out_i[o] = out_i[t]
+                o += 1
+        for t in range(o_d, o):
+            out_d[t] = d
+    return o
 
 
 @njit(inline="always")
@@ -519,36 +480,40 @@ def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
 
 
 @njit
-def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, ids, word_width,
-                      max_results, tick_ns, q_start, n_out, lims, out_d, out_i, scratch, stats,
-                      total_ns):
+def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, words, ids,
+                      word_width, max_results, tick_ns, q_start, n_out, lims, out_d, out_i,
+                      scratch, stats, total_ns):
     """Range search of one-word codes for ``R < m``: the pigeonhole rule with every substring
     searched at radius 0 (an item within ``R`` equals the query exactly on one of the
     substrings ``0..R``), so the radius steps are ``R + 1`` exact substring lookups
-    (:func:`index.mih_tables.bucket`).
+    (:func:`index.mih_tables.bucket`, written out: a helper taking the arrays refcounts them
+    per call). A hashed bucket's end is its next end bit, so every lookup gives ``lo:hi``.
 
-    A bucket's candidates are read through their positions (``positions[j * n + t]``, then
-    the item's code in ``words``; its id only for a result). No visit bits: a candidate of
-    substring ``j`` was already met at an earlier step exactly when it also equals the query on
-    one of the substrings ``0..j-1`` (a mask test on the XOR of the full codes, which
-    verification computes anyway). Substring ``j`` of code ``v`` is
-    ``(v >> shift_j) & mask_j`` (``tables``' columns ``T_SHIFT``, ``T_MASK``).
+    Radius 0: the one lookup is table 0's, whose bucket ``lo:hi`` is also the rows ``lo:hi``
+    of the (code, id)-sorted items: the results are the run of rows equal to the query, read
+    in code order up to the first greater code, ids ascending (no position read).
 
-    A bucket's positions are ordered by id, so a query's results come as one run of
-    ascending ids per lookup: at radius 0 they are in order as found; otherwise
-    :func:`_sort_pairs` orders up to :data:`SMALL_SORT` of them and :func:`_order_runs` more
-    (by merging the runs, in the output buffer's free room; buckets in position order needed
-    a full sort of the ids, 1.3-1.9x slower searches of clustered codes at radius 1-2).
+    Radius >= 1: a bucket's candidates are read through their positions (``positions[j * n +
+    t]``, then the item's code in ``words``; its id only for a result). No visit bits: a
+    candidate of substring ``j`` was already met at an earlier step exactly when it also
+    equals the query on one of the substrings ``0..j-1`` (a mask test on the XOR of the full
+    codes, which verification computes anyway). Substring ``j`` of code ``v`` is ``(v >>
+    shift_j) & mask_j`` (``tables``' columns ``T_SHIFT``, ``T_MASK``). A bucket's positions are
+    in id order, so table ``j``'s results at distance ``d`` are ascending ids: each goes to
+    its own sub-run ``(j, d)`` (room for table ``j``'s bucket size each, in the output
+    buffer's free room past the query's results), and :func:`_merge_sub_runs` merges them
+    into (distance, id) order (a merge of the runs by id then a counting sort by distance
+    measured 1.3x slower at radius 2 on clustered codes: it moved each result five times).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
     8% at radius 2 on uniform ones, bench notes in RESULTS 15), then each query's candidates.
-    Nothing leaves the candidate loop but a full output buffer (with room for that scratch) or
-    the result cap, tested once per query: a result past the buffer is counted, not written
-    (exits at every result measured 13-18% slower at radius 0-1). Output and resumption as
-    :func:`index.probe._range_word_kernel` (returns ``(q_end, n_out, reached, need)``;
-    ``scratch`` must hold ``need = 2 * (R + 2) + 2 * (R + 1) * CLOCK_GROUP`` entries: the
-    runs' bounds and counts, and the block's lookups).
+    The output buffer must hold a query's results before its candidates are read (its
+    sub-runs: ``n_out + (R + 2) * C`` entries, and ``2 * C`` more from ``R = 2``, ``C`` its
+    candidates), else the kernel returns to have it grown; the result cap is tested once per
+    query. Output and resumption as :func:`index.probe._range_word_kernel` (returns
+    ``(q_end, n_out, reached, need)``; ``scratch`` must hold ``need = 2 * (R + 1) *
+    (CLOCK_GROUP + R + 1)`` entries: the block's lookups and the sub-runs' bounds).
 
     ``stats`` and ``total_ns`` are None without statistics (numba compiles that case without
     any of their code). With them: ``candidates``, ``unique_candidates`` and ``items`` as
@@ -561,12 +526,14 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
     n = len(ids)
     cap = len(out_i)
     width = R + 1
-    need = 2 * (width + 1) + 2 * width * CLOCK_GROUP
+    n_sub = width * width
+    need = 2 * width * CLOCK_GROUP + 2 * n_sub
     if len(scratch) < need:
         return q_start, n_out, -1, need
-    runs = scratch[:width + 1]
-    counts = scratch[width + 1:2 * (width + 1)]
-    spans = scratch[2 * (width + 1):need]  # (lo, hi) of each lookup of the block
+    spans = scratch[:2 * width * CLOCK_GROUP]  # (lo, hi) of each lookup of the block
+    sub_lo = scratch[2 * width * CLOCK_GROUP:2 * width * CLOCK_GROUP + n_sub]
+    sub_end = scratch[2 * width * CLOCK_GROUP + n_sub:need]
+    end_words = 64 * ((n + 63) // 64)  # the end bits of one hashed table
     t_group = cycle_counter() if stats is not None else 0
     for g_start in range(q_start, nq, CLOCK_GROUP):
         g_end = min(g_start + CLOCK_GROUP, nq)
@@ -574,6 +541,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
         # equals the query's. A loop with no exit: the lookups of successive queries overlap
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
+            eb = 0  # the first end bit of table j (ends_bit_base)
             for j in range(width):
                 shift_j = np.uint64(tables[j, T_SHIFT])
                 mask_j = np.uint64(tables[j, T_MASK])
@@ -602,18 +570,62 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                                 if (words[positions[j * n + cand], 0] >> shift_j) & mask_j \
                                         == key:
                                     lo = cand
-                                    hi = n
+                                    # the bucket's end: the next end bit (next_end)
+                                    g = eb + cand
+                                    wi = g >> 6
+                                    bits = ends[wi] >> np.uint64(g & 63)
+                                    if bits == np.uint64(0):
+                                        wi += 1
+                                        while ends[wi] == np.uint64(0):
+                                            wi += 1
+                                        g = wi << 6
+                                        bits = ends[wi]
+                                    hi = g + np.int64(ctz64(bits)) - eb + 1
                                     break
                             sl += np.uint64(1)
                             if sl == n_slots:
                                 sl = np.uint64(0)
+                    eb += end_words
                 c = 2 * ((qi - g_start) * width + j)
                 spans[c] = j * n + lo
                 spans[c + 1] = j * n + hi
+        if width == 1:
+            # radius 0: table 0's bucket lo:hi is the rows lo:hi; the query's own code is a
+            # run of them (ids ascending), found in code order
+            for qi in range(g_start, g_end):
+                q = xq[qi, 0]
+                c = 2 * (qi - g_start)
+                lo = spans[c]
+                hi = spans[c + 1]
+                t = lo
+                while t < hi and words[t, 0] < q:
+                    t += 1
+                first = t
+                while t < hi and words[t, 0] == q:
+                    if n_out < cap:
+                        out_d[n_out] = 0
+                        out_i[n_out] = ids[t]
+                    n_out += 1
+                    t += 1
+                if stats is not None:
+                    stats[CANDIDATES, qi, 0] = hi - lo
+                    stats[UNIQUE_CANDIDATES, qi, 0] = hi - lo
+                    stats[ITEMS, qi, 0] = t - first
+                if n_out > cap or n_out > max_results:
+                    if stats is not None:
+                        stats[ITEMS, qi, :] = 0  # searched again after the buffer grows
+                        _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                    return (qi, n_out - (t - first),
+                            max_results + 1 if n_out > max_results else -1, 0)
+                lims[qi + 1] = n_out
+            if stats is not None:
+                t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group,
+                                             tick_ns)
+            continue
         # pass 1b: the block's first candidates brought into the caches, their positions then
         # their codes and ids (loads that depend on one another, issued for every lookup of
         # the block before any is waited for)
-        n_spans = 2 * (g_end - g_start) * width if width > 1 else 0
+        n_spans = 2 * (g_end - g_start) * width
         for c in range(0, n_spans, 2):
             for t in range(spans[c], min(spans[c + 1], spans[c] + PREFETCH_ITEMS)):
                 prefetch(positions, t)
@@ -622,26 +634,32 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                 p = positions[t]
                 prefetch(words, p)
                 prefetch(ids, p)
-        # pass 2: the candidates of each query
+        # pass 2: the candidates of each query, each result into its sub-run (table, distance)
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
-            start = n_out
+            size = 0  # the query's candidates
             for j in range(width):
-                runs[j] = n_out
+                c = 2 * ((qi - g_start) * width + j)
+                size += spans[c + 1] - spans[c]
+            room = n_out + (width + 1) * size + (2 * size if width > 2 else 0)
+            if room > cap:
+                if stats is not None:
+                    _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                return qi, n_out, -1, 0
+            at = n_out + size
+            for j in range(width):
+                c = 2 * ((qi - g_start) * width + j)
+                for d in range(width):
+                    sub_lo[j * width + d] = at
+                    sub_end[j * width + d] = at
+                    at += spans[c + 1] - spans[c]
+            found = 0
+            for j in range(width):
                 c = 2 * ((qi - g_start) * width + j)
                 unique = 0
-                hashed = not tables[j, T_DIRECT]
-                shift = np.uint64(tables[j, T_SHIFT])
-                mask = np.uint64(tables[j, T_MASK])
-                lo = spans[c]
-                hi = spans[c + 1]
-                end = hi
-                for t in range(lo, hi):
+                for t in range(spans[c], spans[c + 1]):
                     p = positions[t]
                     diff = q ^ words[p, 0]
-                    if hashed and (diff >> shift) & mask != 0:
-                        end = t
-                        break  # past the bucket's end (bucket)
                     seen = False
                     for jj in range(j):
                         if (diff >> np.uint64(tables[jj, T_SHIFT])) \
@@ -652,26 +670,21 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, words, id
                     unique += 1
                     d = popcount64(diff)
                     if d <= R:
-                        if n_out < cap:
-                            out_d[n_out] = d
-                            out_i[n_out] = ids[p]
-                        n_out += 1
+                        k = j * width + d
+                        out_i[sub_end[k]] = ids[p]
+                        sub_end[k] += 1
+                        found += 1
                         if stats is not None:
                             stats[ITEMS, qi, d] += 1
                 if stats is not None:
-                    stats[CANDIDATES, qi, j] = end - lo
+                    stats[CANDIDATES, qi, j] = spans[c + 1] - spans[c]
                     stats[UNIQUE_CANDIDATES, qi, j] = unique
-            if 2 * n_out - start > cap or n_out > max_results:  # room for the order's scratch
+            if n_out + found > max_results:
                 if stats is not None:
-                    stats[ITEMS, qi, :] = 0  # searched again after the buffer grows
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
-                return qi, start, max_results + 1 if n_out > max_results else -1, 0
-            if width > 1 and n_out - start > 1:
-                if n_out - start <= SMALL_SORT:
-                    _sort_pairs(out_d, out_i, start, n_out)
-                else:
-                    runs[width] = n_out
-                    _order_runs(out_d, out_i, start, n_out, runs, counts)
+                return qi, n_out, max_results + 1, 0
+            if found:
+                n_out = _merge_sub_runs(out_d, out_i, n_out, width, sub_lo, sub_end, at)
             lims[qi + 1] = n_out
         if stats is not None:
             t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group, tick_ns)
@@ -817,8 +830,8 @@ class MultiIndex(IndexBase):
     def bucket_positions(self, j: int, value: int) -> np.ndarray:
         """Positions (into :attr:`words` / :attr:`ids`) of the items whose substring ``j`` is
         ``value``, ascending: a lookup of table ``j`` (tests and tools)."""
-        lo, hi = _bucket_of(np.uint64(value), j, *self.tables.lookup_args(), self.words,
-                            self._word_width)
+        lo, hi = bucket(np.uint64(value), j, *self.tables.lookup_args(), self.words,
+                        self._word_width)
         n = self.ntotal
         return self.tables.positions[j * n + lo:j * n + hi].astype(np.int64)
 
@@ -854,7 +867,8 @@ class MultiIndex(IndexBase):
         stop = np.zeros(1, dtype=np.int64)
         args = (self.bits, self.sub_starts, self.sub_widths, self._word_width, per_step,
                 max_radius, k, self.max_probes, stats, check_max_results(max_results), stop,
-                t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words, self.ids)
+                t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, self.words,
+                self.ids)
         lims, D, I, rest = self._chunked(xq, args)
         raise_if_over(max_results, stop, [r[4] for r in rest], lims)
         return ((lims, D, I, self._tagged(stats_from_chunks(rest), k)) if stats
@@ -879,8 +893,8 @@ class MultiIndex(IndexBase):
         them)."""
         stats = bool(stats)
         t = self.tables
-        args = (R, t.tables, t.starts, t.slots, t.bitmap, t.positions, self.words, self.ids,
-                self._word_width, check_max_results(max_results),
+        args = (R, t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, self.words,
+                self.ids, self._word_width, check_max_results(max_results),
                 ns_per_tick() if stats else 1.0)
         lims, D, I, st, reached = run_resumable_chunked(
             _mih_exact_kernel, xq, R + 1, stats, UNIQUE_CANDIDATES + 1, self.threads, args,
@@ -936,7 +950,9 @@ class MultiIndex(IndexBase):
             index._install(words, ids, starts, widths,
                            build_tables(index.bits, words, ids, starts, widths, index._word_width))
             return index
-        tables = SubstringTables(*(arrays[f"table_{name}"] for name in TABLE_ARRAYS),
+        ends = arrays.get("table_ends")
+        tables = SubstringTables(*(arrays[f"table_{name}"] for name in TABLE_ARRAYS[:-1]),
+                                 ends if ends is not None else np.zeros(1, np.uint64),
                                  meta["distinct"])
         rows = table_rows(index.bits, starts, widths)
         if tables.tables.shape != rows.shape or \
@@ -945,14 +961,10 @@ class MultiIndex(IndexBase):
             raise ValueError(f"substring tables of shape {tables.tables.shape} and "
                              f"{tables.positions.shape[0]} positions do not match {m} "
                              f"substrings of {index.bits}-bit codes over {len(ids)} items")
+        if ends is None:  # tables saved before their end bits: one pass over the hashed ones
+            tables.ends = bucket_ends(words, tables.positions, tables.tables, index._word_width)
         index._install(words, ids, starts, widths, tables)
         return index
-
-
-@njit
-def _bucket_of(key, j, tables, starts, slots, bitmap, positions, words, word_width):
-    lo, end = bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width)
-    return lo, bucket_end(key, j, lo, end, tables, positions, words, word_width)
 
 
 @njit

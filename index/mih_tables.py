@@ -19,16 +19,23 @@ scan). Substring table ``j`` (bits ``start_j .. start_j + w_j`` of the code, see
     fingerprint``, Lemire's range reduction, a blocked Bloom filter of
     ``FILTER_BITS_PER_CODE`` bits per distinct value before it) keyed by
     ``key * HASH_MULTIPLIER``. A fingerprint match is confirmed by the substring of the item
-    at ``lo``; the bucket's end is where the substring of the next positions changes.
+    at ``lo``; the bucket ends at the next set bit of ``ends`` (one bit per position of a
+    hashed table, set at the last position of each bucket: :func:`ends_bit_base`), so a
+    lookup knows a bucket's size without reading past it (reading the item after the bucket
+    was a random load per lookup).
+
+Table 0's substring is the code's leading bits, so its bucket ``lo:hi`` is also the rows
+``lo:hi`` of the (code, id)-sorted items (only the order inside the bucket differs): a search
+that needs the items in code order reads them there, with no position.
 
 No copy of the distinct substring values, of offsets, or of the codes and ids in table order
 is kept: a bucket's items are read through their positions. Bytes per item at 10M uniform
 64-bit codes (m = 3 direct tables of 22, 21, 21 bits): 16 (items) + 12 (positions) + 3.4
-(bucket starts) = 31.4.
+(bucket starts) = 31.4; a hashed table adds 1 / 8 (its end bits).
 
 Per-table metadata is one ``(m, T_COLUMNS)`` int64 array ``tables`` (columns ``T_*``), the
-hashed tables' slots and filters concatenated in ``slots`` and ``bitmap``, the direct tables'
-bucket starts in ``starts``.
+hashed tables' slots, filters and end bits concatenated in ``slots``, ``bitmap`` and ``ends``,
+the direct tables' bucket starts in ``starts``.
 
 Build (:func:`build_tables`): the positions in id order by one LSD radix sort of the ids
 (:func:`bucketsearch.index.radix.sort_pairs`; none when the ids increase with the positions,
@@ -44,7 +51,7 @@ import math
 
 import numpy as np
 
-from bucketsearch.index._jit import njit
+from bucketsearch.index._jit import ctz64, njit
 from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
                                            filter_word_bits, home_and_fingerprint, slot_layout)
 from bucketsearch.index.radix import id_keys, increasing, sort_pairs
@@ -109,14 +116,26 @@ def item_substring(words, p, j, tables, word_width):
 
 
 @njit
-def bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width):
-    """Bucket of substring value ``key`` in table ``j``: ``(lo, end)``, positions in the
-    table's run of ``positions`` (add ``j * n``); ``lo == end`` when no item has it. Direct:
-    ``end`` is the bucket's end. Hashed: the table's end ``n``, the bucket ending where the
-    substring of the items changes: a caller reading the items checks it (for the query's own
-    substring, its XOR with the item's code is 0 there), which costs nothing next to the read
-    (finding the end here read a large bucket twice: 2x slower radius-0 search of clustered
-    codes). A fingerprint match is confirmed by the substring of the item at ``lo``."""
+def next_end(ends, g):
+    """The first set bit of ``ends`` at or after bit ``g`` (a table's last position is always
+    set, so the search stops within the table). The kernels write it out."""
+    wi = g >> 6
+    w = ends[wi] >> np.uint64(g & 63)
+    if w != np.uint64(0):
+        return g + np.int64(ctz64(w))
+    wi += 1
+    while ends[wi] == np.uint64(0):
+        wi += 1
+    return (wi << 6) + np.int64(ctz64(ends[wi]))
+
+
+@njit
+def bucket(key, j, tables, starts, slots, bitmap, positions, ends, words, word_width):
+    """Bucket of substring value ``key`` in table ``j``: ``(lo, hi)``, positions in the
+    table's run of ``positions`` (add ``j * n``); ``lo == hi`` when no item has it. Hashed: a
+    fingerprint match is confirmed by the substring of the item at ``lo``, and ``hi`` is one
+    past the next end bit (:func:`next_end`; table ``j``'s bits from
+    :func:`ends_bit_base`)."""
     n = words.shape[0]
     if tables[j, T_DIRECT]:
         s = tables[j, T_BASE] + np.int64(key)
@@ -131,6 +150,10 @@ def bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width):
     sl, fp = home_and_fingerprint(h, n_slots, fpb)
     fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
     pb = j * n
+    eb = 0
+    for jj in range(j):
+        if not tables[jj, T_DIRECT]:
+            eb += 64 * ((n + 63) // 64)
     while True:
         e = np.uint64(slots[base + np.int64(sl)])
         if e == np.uint64(0):
@@ -138,24 +161,10 @@ def bucket(key, j, tables, starts, slots, bitmap, positions, words, word_width):
         if (e & fp_mask) == fp:
             lo = np.int64(e >> fpb) - 1
             if item_substring(words, np.int64(positions[pb + lo]), j, tables, word_width) == key:
-                return lo, np.int64(n)
+                return lo, next_end(ends, eb + lo) - eb + 1
         sl += np.uint64(1)
         if sl == n_slots:
             sl = np.uint64(0)
-
-
-@njit(inline="always")
-def bucket_end(key, j, lo, end, tables, positions, words, word_width):
-    """The exact end of the bucket ``(lo, end)`` of :func:`bucket`: ``end`` itself in a direct
-    table, else the first position past ``lo`` whose item's substring is not ``key``."""
-    if tables[j, T_DIRECT] or end <= lo:
-        return end
-    pb = j * words.shape[0]
-    hi = lo + 1
-    while hi < end and item_substring(words, np.int64(positions[pb + hi]), j, tables,
-                                      word_width) == key:
-        hi += 1
-    return hi
 
 
 @njit
@@ -206,15 +215,34 @@ def _run_count(sorted_keys):
     return distinct
 
 
+@njit(inline="always")
+def _set_bit(bits, g):
+    bits[g >> 6] |= np.uint64(1) << np.uint64(g & 63)
+
+
+def ends_words(n: int) -> int:
+    """uint64 words of one hashed table's end bits (``n`` bits, whole words)."""
+    return (n + 63) // 64
+
+
+def ends_bit_base(tables: np.ndarray, j: int, n: int) -> int:
+    """The first bit of table ``j``'s end bits in ``ends``: ``64 * ends_words(n)`` per hashed
+    table before it (the kernels keep the same sum as they go through the tables)."""
+    return 64 * ends_words(n) * int((tables[:j, T_DIRECT] == 0).sum())
+
+
 @njit
-def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap):
+def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap, ends, ebase):
     """The hashed lookup of a table whose substring values in table order are
-    ``sorted_keys``: every run's start into the slots (linear probing) and its value into the
-    filter."""
+    ``sorted_keys``: every run's start into the slots (linear probing), its value into the
+    filter and its last position into the end bits (from bit ``ebase`` of ``ends``)."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
-    for lo in range(len(sorted_keys)):
+    n = len(sorted_keys)
+    for lo in range(n):
         key = sorted_keys[lo]
+        if lo + 1 == n or sorted_keys[lo + 1] != key:
+            _set_bit(ends, ebase + lo)
         if lo > 0 and key == sorted_keys[lo - 1]:
             continue
         h = key * HASH_MULTIPLIER
@@ -229,7 +257,7 @@ def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap):
 
 
 @njit
-def _fill_from_starts(counts, slots, fp_bits, bitmap):
+def _fill_from_starts(counts, slots, fp_bits, bitmap, ends, ebase):
     """:func:`_fill_from_sorted` from a counting sort's bucket starts by value."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
@@ -237,6 +265,7 @@ def _fill_from_starts(counts, slots, fp_bits, bitmap):
         lo = counts[v]
         if counts[v + 1] == lo:
             continue
+        _set_bit(ends, ebase + np.int64(counts[v + 1]) - 1)
         h = np.uint64(v) * HASH_MULTIPLIER
         f, bits = filter_word_bits(h, len(bitmap))
         bitmap[f] |= bits
@@ -271,11 +300,11 @@ class SubstringTables:
     """The tables of one multi-index (module docstring): ``positions``, ``starts``, ``slots``,
     ``bitmap`` and ``tables`` (arrays), ``distinct`` per table (metadata)."""
 
-    ARRAYS = ("positions", "starts", "slots", "bitmap", "tables")
+    ARRAYS = ("positions", "starts", "slots", "bitmap", "tables", "ends")
 
-    def __init__(self, positions, starts, slots, bitmap, tables, distinct):
+    def __init__(self, positions, starts, slots, bitmap, tables, ends, distinct):
         self.positions, self.starts, self.slots = positions, starts, slots
-        self.bitmap, self.tables = bitmap, tables
+        self.bitmap, self.tables, self.ends = bitmap, tables, ends
         self.distinct = [int(d) for d in distinct]
 
     def arrays(self) -> dict:
@@ -286,9 +315,9 @@ class SubstringTables:
         return [bool(d) for d in self.tables[:, T_DIRECT]]
 
     def lookup_args(self) -> tuple:
-        """``tables, starts, slots, bitmap, positions``: the arguments of :func:`bucket` after
-        the key and the table number (then ``words`` and ``word_width``)."""
-        return self.tables, self.starts, self.slots, self.bitmap, self.positions
+        """``tables, starts, slots, bitmap, positions, ends``: the arguments of :func:`bucket`
+        after the key and the table number (then ``words`` and ``word_width``)."""
+        return self.tables, self.starts, self.slots, self.bitmap, self.positions, self.ends
 
     def memory_bytes(self) -> int:
         return sum(a.nbytes for a in self.arrays().values())
@@ -306,7 +335,7 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
     by_id = (np.zeros(0, dtype=pdt) if increasing(ids)
              else sort_pairs(id_keys(ids), np.arange(n, dtype=pdt))[1])
     slot_dtype, fp_bits = slot_layout(n)
-    starts_parts, slot_parts, bitmap_parts, distinct = [], [], [], []
+    starts_parts, slot_parts, bitmap_parts, ends_parts, distinct = [], [], [], [], []
     n_starts = n_slots = n_bitmap = 0
     for j in range(m):
         w = int(sub_widths[j])
@@ -339,10 +368,12 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
             continue
         slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * nd)), dtype=slot_dtype)
         bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * nd / 64)), dtype=np.uint64)
+        ends = np.zeros(ends_words(n), dtype=np.uint64)
         if keys is not None:
-            _fill_from_sorted(keys, slots, fp_bits, bitmap)
+            _fill_from_sorted(keys, slots, fp_bits, bitmap, ends, 0)
         else:
-            _fill_from_starts(counts, slots, fp_bits, bitmap)
+            _fill_from_starts(counts, slots, fp_bits, bitmap, ends, 0)
+        ends_parts.append(ends)
         del counts, keys
         tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)
         tables[j, T_BITMAP], tables[j, T_BITMAP_WORDS] = n_bitmap, len(bitmap)
@@ -357,7 +388,41 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
              else slot_parts[0] if slot_parts else np.zeros(1, slot_dtype))
     bitmap = (np.concatenate(bitmap_parts) if len(bitmap_parts) > 1
               else bitmap_parts[0] if bitmap_parts else np.zeros(1, np.uint64))
-    return SubstringTables(positions, starts, slots, bitmap, tables, distinct)
+    ends = (np.concatenate(ends_parts) if len(ends_parts) > 1
+            else ends_parts[0] if ends_parts else np.zeros(0, np.uint64))
+    if len(ends) == 0:
+        ends = np.zeros(1, np.uint64)
+    return SubstringTables(positions, starts, slots, bitmap, tables, ends, distinct)
+
+
+@njit
+def _ends_of(words, positions, tables, word_width, ends):
+    """The end bits of every hashed table from its positions (a table's last position of
+    each run of equal substrings): for tables stored without them (snapshots before they
+    existed)."""
+    n = words.shape[0]
+    g0 = 0
+    for j in range(tables.shape[0]):
+        if tables[j, T_DIRECT]:
+            continue
+        pb = j * n
+        for t in range(n):
+            if t + 1 == n or item_substring(words, np.int64(positions[pb + t]), j, tables,
+                                            word_width) != \
+                    item_substring(words, np.int64(positions[pb + t + 1]), j, tables,
+                                   word_width):
+                _set_bit(ends, g0 + t)
+        g0 += 64 * ((n + 63) // 64)
+
+
+def bucket_ends(words: np.ndarray, positions: np.ndarray, tables: np.ndarray,
+                word_width: np.ndarray) -> np.ndarray:
+    """``ends`` of tables built without them (one pass over each hashed table)."""
+    n = words.shape[0]
+    hashed = int((tables[:, T_DIRECT] == 0).sum())
+    ends = np.zeros(max(1, hashed * ends_words(n)), dtype=np.uint64)
+    _ends_of(words, positions, tables, word_width, ends)
+    return ends
 
 
 @njit

@@ -11,7 +11,7 @@ from bucketsearch.index.codes import pack_bits
 from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting_sort, grow,
                                         hamming, merge_rows, record_radius, rows_done,
                                         sort_run)
-from bucketsearch.index.mih import MultiIndex, _sort_pairs
+from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex, _lookup_words
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index import radix
@@ -47,12 +47,6 @@ def merge_twin(rows_a, rows_b, drop, k):
         order = np.lexsort((i, d))
         out.append((d[order][:k] if k >= 1 else d[order], i[order][:k] if k >= 1 else i[order]))
     return out
-
-
-def sort_pairs_twin(d, i):
-    """``(d, i)`` ordered by (distance, id)."""
-    order = np.lexsort((i, d))
-    return d[order], i[order]
 
 
 def position_twin(xq, words):
@@ -204,20 +198,6 @@ def test_merge_rows_matches_sorting_the_union(nq, k, data):
         assert (counts == [len(t[1]) for t in twin]).all()
         assert (D == np.concatenate([t[0] for t in twin] or [[]])).all()
         assert (I == np.concatenate([t[1] for t in twin] or [[]])).all()
-
-
-@settings(max_examples=80, deadline=None)
-@given(n=st.integers(0, 80), lo=st.integers(0, 3), data=st.data())
-def test_sort_pairs_matches_lexsort(n, lo, data):
-    d = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n + lo, max_size=n + lo)),
-                 dtype=np.int32)
-    i = np.array(data.draw(st.lists(st.integers(-5, 10**6), min_size=n + lo,
-                                    max_size=n + lo)), dtype=np.int64)
-    td, ti = sort_pairs_twin(d[lo:], i[lo:])
-    before_d, before_i = d[:lo].copy(), i[:lo].copy()
-    _sort_pairs(d, i, lo, lo + n)
-    assert (d[lo:] == td).all() and (i[lo:] == ti).all()
-    assert (d[:lo] == before_d).all() and (i[:lo] == before_i).all()
 
 
 @settings(max_examples=40, deadline=None)

@@ -1,7 +1,8 @@
 """Multi-index hashing's substring tables (positions only, :mod:`index.mih_tables`) and its
 exact-substring path (issue 17, ``R < m``, one-word codes) piece by piece against plain-numpy
-twins: each table's positions by (substring, position) and its lookups, the memory they
-take, the ordering of a query's results (:func:`_order_runs`), and the whole search
+twins: each table's positions by (substring, position), its bucket end bits and its
+lookups, the memory they take, the ordering of a query's results
+(:func:`_merge_sub_runs`), and the whole search
 against brute force with direct and hashed tables, statistics clocked per group of queries,
 many results per query, a full output buffer with statistics on, the result cap and a
 snapshot loaded (mapped) without a rebuild."""
@@ -13,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
-from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_SORT, MultiIndex, _order_runs,
-                                    substring_ranges)
+from bucketsearch.index.mih import CLOCK_GROUP, MultiIndex, _merge_sub_runs, substring_ranges
+from bucketsearch.index.mih_tables import T_DIRECT, bucket_ends, ends_bit_base
 from bucketsearch.index.codes import unpack_words
 from tests import naive
 from tests.test_small_radii import _data, _same, _substring_counts
@@ -59,7 +60,29 @@ def test_tables_hold_positions_by_substring_then_id(bits, m, n, data):
             got = index.bucket_positions(j, int(v))
             assert (got == order[np.isin(order, np.flatnonzero(subs == v))]).all()
     assert index.memory_bytes() == sum(a.nbytes for a in (
-        index.words, index.ids, t.positions, t.starts, t.slots, t.bitmap, t.tables))
+        index.words, index.ids, t.positions, t.starts, t.slots, t.bitmap, t.tables, t.ends))
+    _check_end_bits(index)
+
+
+def _check_end_bits(index):
+    """A hashed table's end bits are set exactly at the last position of each run of equal
+    substrings (twin: the substrings in table order compared with the next); none for a
+    direct table; the same bits computed from the positions (an older snapshot's load)."""
+    t, n = index.tables, index.ntotal
+    subs = index.substring_codes(index.words)
+    bits = np.unpackbits(t.ends.view(np.uint8), bitorder="little")
+    hashed = 0
+    for j in range(index.substrings):
+        if t.tables[j, T_DIRECT]:
+            continue
+        base = ends_bit_base(t.tables, j, n)
+        col = subs[t.positions[j * n:(j + 1) * n].astype(np.int64), j]
+        want = np.append(col[1:] != col[:-1], True) if n else np.zeros(0, bool)
+        assert (bits[base:base + n] == want).all()
+        assert not bits[base + n:base + 64 * ((n + 63) // 64)].any()
+        hashed += 1
+    assert len(t.ends) == max(1, hashed * ((n + 63) // 64))
+    assert (bucket_ends(index.words, t.positions, t.tables, index._word_width) == t.ends).all()
 
 
 def test_a_hashed_table_from_the_counting_sort():
@@ -85,33 +108,46 @@ def test_memory_is_items_positions_and_bucket_starts():
     t = index.tables
     assert index.table_direct() == [True, True] and len(t.starts) == 2 * (4096 + 1)
     assert index.memory_bytes() == 1000 * 16 + 2 * 1000 * 4 + 2 * 4097 * 4 + t.slots.nbytes \
-        + t.bitmap.nbytes + t.tables.nbytes
+        + t.bitmap.nbytes + t.tables.nbytes + t.ends.nbytes
+    assert t.ends.nbytes == 8  # no end bits for direct tables
 
 
 # ----------------------------------------------------------------------------- ordering
 
 
-@settings(max_examples=80, deadline=None)
-@given(data=st.data(), n_runs=st.integers(1, 4), max_d=st.integers(0, 5))
-def test_order_runs_matches_lexsort(data, n_runs, max_d):
-    """Runs of ascending ids (distinct over the query), any distances: (distance, id) order,
-    the entries before ``lo`` untouched."""
-    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=70))
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(ids)), min_size=n_runs - 1,
-                                     max_size=n_runs - 1)))
-    bounds = [0, *cuts, len(ids)]
-    runs_ids = [sorted(ids[a:b]) for a, b in zip(bounds, bounds[1:])]
-    lo = data.draw(st.integers(0, 3))
-    n = len(ids)
-    out_i = np.full(lo + 2 * n + 1, -7, dtype=np.int64)
-    out_d = np.full(lo + 2 * n + 1, -7, dtype=np.int32)
-    out_i[lo:lo + n] = np.concatenate([np.array(r, dtype=np.int64) for r in runs_ids])
-    out_d[lo:lo + n] = data.draw(st.lists(st.integers(0, max_d), min_size=n, max_size=n))
-    expected = naive_order(out_d[lo:lo + n], out_i[lo:lo + n])
-    runs = np.array([lo + b for b in bounds], dtype=np.int64)
-    _order_runs(out_d, out_i, lo, lo + n, runs, np.zeros(max_d + 2, dtype=np.int64))
-    assert (out_d[lo:lo + n] == expected[0]).all() and (out_i[lo:lo + n] == expected[1]).all()
-    assert (out_d[:lo] == -7).all() and (out_i[:lo] == -7).all()
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), width=st.integers(1, 5))
+def test_merge_sub_runs_matches_lexsort(data, width):
+    """Sub-runs (table j, distance d) of ascending ids (distinct over the query), any sizes
+    and empty ones, laid out as the exact kernel lays them (each with room for its table's
+    candidates, past the query's results): (distance, id) order at ``o``, the entries before
+    ``o`` untouched (the numpy twin: a lexsort)."""
+    ids = data.draw(st.lists(st.integers(-10**6, 10**6), unique=True, max_size=90))
+    owner = data.draw(st.lists(st.integers(0, width * width - 1), min_size=len(ids),
+                               max_size=len(ids)))
+    o = data.draw(st.integers(0, 3))
+    size = len(ids)
+    room = [data.draw(st.integers(0, 3)) for _ in range(width)]
+    out_i = np.full(o + (width + 3) * size + width * sum(room) + 1, -7, dtype=np.int64)
+    out_d = np.full(len(out_i), -7, dtype=np.int32)
+    sub_lo = np.zeros(width * width, dtype=np.int64)
+    sub_end = np.zeros(width * width, dtype=np.int64)
+    at = o + size
+    for j in range(width):
+        mine = [k for k in range(width * width) if k // width == j]
+        cap = sum(owner.count(k) for k in mine) + room[j]
+        for k in mine:
+            run = sorted(v for v, w in zip(ids, owner) if w == k)
+            sub_lo[k] = at
+            out_i[at:at + len(run)] = run
+            sub_end[k] = at + len(run)
+            at += cap
+    end = _merge_sub_runs(out_d, out_i, o, width, sub_lo, sub_end, at)
+    d = np.array([w % width for w in owner], dtype=np.int32)
+    expected = naive_order(d, np.array(ids, dtype=np.int64))
+    assert end == o + size
+    assert (out_d[o:end] == expected[0]).all() and (out_i[o:end] == expected[1]).all()
+    assert (out_d[:o] == -7).all() and (out_i[:o] == -7).all()
 
 
 def naive_order(d, i):
@@ -176,8 +212,8 @@ def test_direct_hashed_and_mixed_tables(bits, m, direct):
 
 @pytest.mark.parametrize("R", [1, 2])
 def test_many_results_per_query_with_statistics_and_buffer_growth(R):
-    """More than SMALL_SORT results per query in several runs (merged), more than the output
-    buffer (4096) in one batch: searched again after growth, statistics counted once."""
+    """Many results per query in several sub-runs (merged), more than the output buffer
+    (4096) in one batch: searched again after growth, statistics counted once."""
     bits, m = 24, 3
     rng = np.random.default_rng(R)
     base = np.uint64(0xABCDEF)
@@ -192,7 +228,7 @@ def test_many_results_per_query_with_statistics_and_buffer_growth(R):
     index.add(xb, ids)
     index.threads = 1
     expected = naive.range_search(xq, xb, ids, bits, R)
-    assert np.diff(expected[0]).max() > 4096 and np.diff(expected[0])[1] > SMALL_SORT
+    assert np.diff(expected[0]).max() > 4096 and np.diff(expected[0])[1] > 32
     _same(index.range_search(xq, R), expected)
     lims, D, I, st_ = index.range_search(xq, R, stats=True)
     _same((lims, D, I), expected)
