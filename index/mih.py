@@ -409,7 +409,7 @@ def _merge_two(out_i, a, a_end, b, b_end, o):
     return o
 
 
-@njit
+@njit(inline="always")
 def _merge_sub_runs(out_d, out_i, o, width, sub_lo, sub_end, tmp):
     """A query's results in (distance, id) order at ``out[o:]``, from its sub-runs: sub-run
     ``k = j * width + d`` is ``out_i[sub_lo[k]:sub_end[k]]``, the ids (ascending) of table
@@ -534,6 +534,9 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     sub_lo = scratch[2 * width * CLOCK_GROUP:2 * width * CLOCK_GROUP + n_sub]
     sub_end = scratch[2 * width * CLOCK_GROUP + n_sub:need]
     end_words = 64 * ((n + 63) // 64)  # the end bits of one hashed table
+    field0 = np.uint64(tables[0, T_MASK]) << np.uint64(tables[0, T_SHIFT])
+    field1 = (np.uint64(tables[1, T_MASK]) << np.uint64(tables[1, T_SHIFT])
+              if width > 1 else np.uint64(0))
     t_group = cycle_counter() if stats is not None else 0
     for g_start in range(q_start, nq, CLOCK_GROUP):
         g_end = min(g_start + CLOCK_GROUP, nq)
@@ -570,6 +573,9 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                                 if (words[positions[j * n + cand], 0] >> shift_j) & mask_j \
                                         == key:
                                     lo = cand
+                                    hi = n
+                                    if width == 1 and stats is None:
+                                        break  # radius 0 stops at the first greater code
                                     # the bucket's end: the next end bit (next_end)
                                     g = eb + cand
                                     wi = g >> 6
@@ -660,11 +666,15 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 for t in range(spans[c], spans[c + 1]):
                     p = positions[t]
                     diff = q ^ words[p, 0]
-                    seen = False
-                    for jj in range(j):
-                        if (diff >> np.uint64(tables[jj, T_SHIFT])) \
-                                & np.uint64(tables[jj, T_MASK]) == 0:
-                            seen = True
+                    # met before: equal to the query on a substring jj < j (the bits of
+                    # substrings 0 and 1 held in locals, the loop's other loads aliased)
+                    seen = j >= 1 and diff & field0 == 0
+                    if j >= 2:
+                        seen = seen or diff & field1 == 0
+                        for jj in range(2, j):
+                            if (diff >> np.uint64(tables[jj, T_SHIFT])) \
+                                    & np.uint64(tables[jj, T_MASK]) == 0:
+                                seen = True
                     if seen:
                         continue
                     unique += 1
