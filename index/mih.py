@@ -74,7 +74,6 @@ from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_D
                                            bucket, build_tables, bucket_ends, distinct_values,
                                            item_substring, run_sizes, table_rows,
                                            table_values_at)
-from bucketsearch.index.probe import next_prefix
 from bucketsearch.index.table import sort_items
 
 MAX_SUBSTRING_BITS = 64
@@ -93,50 +92,83 @@ PREFETCH_ITEMS = 2
 def _probe_substring_radius(q, r, bits, j, tables, starts, slots, bitmap, positions, ends,
                             words, word_width, hits):
     """Probe the radius-r sphere of substring value ``q`` (``bits`` <= 64) in substring table
-    ``j`` (:func:`index.mih_tables.bucket`; a direct table's written out, a helper taking the
-    arrays refcounts them per call): ``(probes, nonempty)``, the non-empty buckets'
-    ``(lo, hi)`` in ``hits[2 b], hits[2 b + 1]`` while it has room (the count goes on). The
-    r-bit masks: a prefix of r - 1 bits (:func:`index.probe.next_prefix`) and a last bit above
-    its highest one."""
+    ``j`` (:func:`index.mih_tables.bucket`, written out: a helper taking the arrays refcounts
+    them at every call, and most probes end at the filter): ``(probes, nonempty)``, the
+    non-empty buckets' ``(lo, hi)`` in ``hits[2 b], hits[2 b + 1]`` while it has room (the
+    count goes on). The keys are ``q`` XOR every mask of ``r`` bits within ``bits``, in
+    increasing order (Gosper's hack)."""
     room = len(hits) // 2
+    n = words.shape[0]
+    one = np.uint64(1)
     direct = tables[j, T_DIRECT]
     sd = tables[j, T_BASE]
-    if r == 0:
-        if direct:
-            lo = np.int64(starts[sd + np.int64(q)])
-            hi = np.int64(starts[sd + np.int64(q) + 1])
-        else:
-            lo, hi = bucket(q, j, tables, starts, slots, bitmap, positions, ends, words,
-                            word_width)
-        if hi > lo and room > 0:
-            hits[0] = lo
-            hits[1] = hi
-        return 1, 1 if hi > lo else 0
+    one_word = words.shape[1] == 1
+    shift = np.uint64(tables[j, T_SHIFT])
+    mask = np.uint64(tables[j, T_MASK])
+    f_words = tables[j, T_BITMAP_WORDS]
+    f_base = tables[j, T_BITMAP]
+    n_slots = np.uint64(tables[j, T_SLOTS])
+    fpb = np.uint64(tables[j, T_FP_BITS])
+    fp_mask = (one << fpb) - one
+    pb = j * n
+    eb = 0  # the table's first end bit (ends_bit_base)
+    for jj in range(j):
+        if not tables[jj, T_DIRECT]:
+            eb += 64 * ((n + 63) // 64)
+    top = ~np.uint64(0) if bits >= 64 else (one << np.uint64(bits)) - one
+    flips = top if r >= 64 else (one << np.uint64(r)) - one
     probes = 0
     nonempty = 0
-    one = np.uint64(1)
-    prefix = (one << np.uint64(r - 1)) - one
     while True:
-        base = q ^ prefix
-        low = 64 - int(clz64(prefix))  # first position above the prefix
-        bit = one << np.uint64(low)
-        for _ in range(low, bits):
-            probes += 1
-            key = base ^ bit
-            if direct:
-                lo = np.int64(starts[sd + np.int64(key)])
-                hi = np.int64(starts[sd + np.int64(key) + 1])
-            else:
-                lo, hi = bucket(key, j, tables, starts, slots, bitmap, positions, ends, words,
-                                word_width)
-            if hi > lo:
-                if nonempty < room:
-                    hits[2 * nonempty] = lo
-                    hits[2 * nonempty + 1] = hi
-                nonempty += 1
-            bit <<= one
-        prefix = next_prefix(prefix, bits)
-        if prefix == 0:
+        key = q ^ flips
+        probes += 1
+        if direct:
+            lo = np.int64(starts[sd + np.int64(key)])
+            hi = np.int64(starts[sd + np.int64(key) + 1])
+        else:
+            lo = 0
+            hi = 0
+            h = key * HASH_MULTIPLIER
+            f, fbits = filter_word_bits(h, f_words)
+            if bitmap[f_base + np.int64(f)] & fbits == fbits:
+                sl, fp = home_and_fingerprint(h, n_slots, fpb)
+                while True:
+                    e = np.uint64(slots[sd + np.int64(sl)])
+                    if e == np.uint64(0):
+                        break
+                    if (e & fp_mask) == fp:
+                        cand = np.int64(e >> fpb) - 1
+                        p = np.int64(positions[pb + cand])
+                        v = (words[p, 0] >> shift) & mask if one_word else \
+                            substring_of(words, p, tables[j, T_START], tables[j, T_WIDTH],
+                                         word_width)
+                        if v == key:
+                            lo = cand
+                            g = eb + cand  # the bucket's end: the next end bit (next_end)
+                            wi = g >> 6
+                            bits_w = ends[wi] >> np.uint64(g & 63)
+                            if bits_w == np.uint64(0):
+                                wi += 1
+                                while ends[wi] == np.uint64(0):
+                                    wi += 1
+                                g = wi << 6
+                                bits_w = ends[wi]
+                            hi = g + np.int64(ctz64(bits_w)) - eb + 1
+                            break
+                    sl += one
+                    if sl == n_slots:
+                        sl = np.uint64(0)
+        if hi > lo:
+            if nonempty < room:
+                hits[2 * nonempty] = lo
+                hits[2 * nonempty + 1] = hi
+            nonempty += 1
+        if flips == 0 or flips == top:
+            break
+        c = flips & (~flips + one)  # the next mask of r bits (Gosper's hack)
+        nxt = flips + c
+        flips = (((nxt ^ flips) >> np.uint64(2)) // c) | nxt
+        if flips > top or nxt == 0:
             break
     return probes, nonempty
 
