@@ -86,6 +86,9 @@ CLOCK_GROUP = 32
 #: Candidates per lookup whose position, code and id are prefetched after a block's lookups
 #: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save)
 PREFETCH_ITEMS = 2
+#: A radius >= 1 query of the exact kernel with at most this many candidates writes its results
+#: in one run, ordered by insertion; more go to sub-runs merged by id (:func:`_merge_sub_runs`)
+SMALL_QUERY = 16
 
 
 @njit
@@ -418,6 +421,21 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
 
 
 @njit(inline="always")
+def _insertion_sort_pairs(out_d, out_i, lo, hi):
+    """``out[lo:hi]`` ordered by (distance, id) by insertion (a query of a few results)."""
+    for a in range(lo + 1, hi):
+        d = out_d[a]
+        v = out_i[a]
+        c = a - 1
+        while c >= lo and (out_d[c] > d or (out_d[c] == d and out_i[c] > v)):
+            out_d[c + 1] = out_d[c]
+            out_i[c + 1] = out_i[c]
+            c -= 1
+        out_d[c + 1] = d
+        out_i[c + 1] = v
+
+
+@njit(inline="always")
 def _merge_two(out_i, a, a_end, b, b_end, o):
     """The ascending runs ``out_i[a:a_end]`` and ``out_i[b:b_end]`` merged into ``out_i[o:]``
     (no overlap); returns the end. The step is branch-free (which run gives the next entry is
@@ -672,25 +690,31 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 p = positions[t]
                 prefetch(words, p)
                 prefetch(ids, p)
-        # pass 2: the candidates of each query, each result into its sub-run (table, distance)
+        # pass 2: the candidates of each query, each result into its sub-run (table, distance),
+        # or, for a query of at most SMALL_QUERY candidates, into one run (sorted after)
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
             size = 0  # the query's candidates
             for j in range(width):
                 c = 2 * ((qi - g_start) * width + j)
                 size += spans[c + 1] - spans[c]
-            room = n_out + (width + 1) * size + (2 * size if width > 2 else 0)
+            small = size <= SMALL_QUERY
+            room = n_out + (size if small else
+                            (width + 1) * size + (2 * size if width > 2 else 0))
             if room > cap:
                 if stats is not None:
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
                 return qi, n_out, -1, 0
             at = n_out + size
-            for j in range(width):
-                c = 2 * ((qi - g_start) * width + j)
-                for d in range(width):
-                    sub_lo[j * width + d] = at
-                    sub_end[j * width + d] = at
-                    at += spans[c + 1] - spans[c]
+            if small:
+                sub_end[0] = n_out
+            else:
+                for j in range(width):
+                    c = 2 * ((qi - g_start) * width + j)
+                    for d in range(width):
+                        sub_lo[j * width + d] = at
+                        sub_end[j * width + d] = at
+                        at += spans[c + 1] - spans[c]
             found = 0
             for j in range(width):
                 c = 2 * ((qi - g_start) * width + j)
@@ -712,8 +736,9 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                     unique += 1
                     d = popcount64(diff)
                     if d <= R:
-                        k = j * width + d
+                        k = 0 if small else j * width + d
                         out_i[sub_end[k]] = ids[p]
+                        out_d[sub_end[k]] = d  # (a sub-run's distance: scratch)
                         sub_end[k] += 1
                         found += 1
                         if stats is not None:
@@ -725,7 +750,10 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 if stats is not None:
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
                 return qi, n_out, max_results + 1, 0
-            if found:
+            if small:
+                _insertion_sort_pairs(out_d, out_i, n_out, n_out + found)
+                n_out += found
+            elif found:
                 n_out = _merge_sub_runs(out_d, out_i, n_out, width, sub_lo, sub_end, at)
             lims[qi + 1] = n_out
         if stats is not None:

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
-from bucketsearch.index.mih import CLOCK_GROUP, MultiIndex, _merge_sub_runs, substring_ranges
+from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _insertion_sort_pairs,
+                                    _merge_sub_runs, substring_ranges)
 from bucketsearch.index.mih_tables import T_DIRECT, bucket_ends, ends_bit_base
 from bucketsearch.index.codes import unpack_words
 from tests import naive
@@ -150,6 +151,23 @@ def test_merge_sub_runs_matches_lexsort(data, width):
     assert (out_d[:o] == -7).all() and (out_i[:o] == -7).all()
 
 
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(0, 40), lo=st.integers(0, 3), data=st.data())
+def test_insertion_sort_pairs_matches_lexsort(n, lo, data):
+    """A few results in any order: (distance, id) order, the entries before ``lo`` and after
+    ``lo + n`` untouched."""
+    d = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n + lo + 2,
+                                    max_size=n + lo + 2)), dtype=np.int32)
+    i = np.array(data.draw(st.lists(st.integers(-5, 10**6), min_size=n + lo + 2,
+                                    max_size=n + lo + 2)), dtype=np.int64)
+    want = naive_order(d[lo:lo + n], i[lo:lo + n])
+    before_d, before_i = d.copy(), i.copy()
+    _insertion_sort_pairs(d, i, lo, lo + n)
+    assert (d[lo:lo + n] == want[0]).all() and (i[lo:lo + n] == want[1]).all()
+    for a, b in ((d, before_d), (i, before_i)):
+        assert (a[:lo] == b[:lo]).all() and (a[lo + n:] == b[lo + n:]).all()
+
+
 def naive_order(d, i):
     order = np.lexsort((i, d))
     return d[order], i[order]
@@ -228,7 +246,7 @@ def test_many_results_per_query_with_statistics_and_buffer_growth(R):
     index.add(xb, ids)
     index.threads = 1
     expected = naive.range_search(xq, xb, ids, bits, R)
-    assert np.diff(expected[0]).max() > 4096 and np.diff(expected[0])[1] > 32
+    assert np.diff(expected[0]).max() > 4096 and np.diff(expected[0])[1] > SMALL_QUERY
     _same(index.range_search(xq, R), expected)
     lims, D, I, st_ = index.range_search(xq, R, stats=True)
     _same((lims, D, I), expected)
