@@ -706,6 +706,13 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
                 return qi, n_out, -1, 0
             at = n_out + size
+            if qi + 1 < g_end:  # the next query's candidates on their way into the caches
+                for c in range(2 * (qi + 1 - g_start) * width, 2 * (qi + 2 - g_start) * width,
+                               2):
+                    for t in range(spans[c], spans[c + 1]):
+                        p = positions[t]
+                        prefetch(words, p)
+                        prefetch(ids, p)
             if small:
                 sub_end[0] = n_out
             else:
