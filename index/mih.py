@@ -361,6 +361,9 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
                         lo = hits[2 * h]
                         hi = hits[2 * h + 1]
                     cands += hi - lo
+                    if not scan_rest and h + 1 < spans:  # the next bucket's items on their way
+                        for t in range(hits[2 * h + 2], hits[2 * h + 3]):
+                            prefetch(words, positions[pb + t])
                     # an item this query has not visited yet is a unique candidate: its
                     # distance goes to the candidate buffers (while they have room; the
                     # count goes on, so an overflow is detected) and to the histogram
