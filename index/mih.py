@@ -556,7 +556,11 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     its own sub-run ``(j, d)`` (room for table ``j``'s bucket size each, in the output
     buffer's free room past the query's results), and :func:`_merge_sub_runs` merges them
     into (distance, id) order (a merge of the runs by id then a counting sort by distance
-    measured 1.3x slower at radius 2 on clustered codes: it moved each result five times).
+    measured 1.3x slower at radius 2 on clustered codes: it moved each result five times);
+    a query of at most :data:`SMALL_QUERY` candidates writes one run, ordered by insertion.
+    While a query's candidates are verified, the next query's codes and ids are prefetched
+    (their positions read): at 10M clustered codes, radius 2 took 2.3x the old layout's
+    time without, 1.0x with (bench/RESULTS.md section 30).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
