@@ -1045,8 +1045,8 @@ class MultiIndex(IndexBase):
             raise ValueError(f"substring tables of shape {tables.tables.shape} and "
                              f"{tables.positions.shape[0]} positions do not match {m} "
                              f"substrings of {index.bits}-bit codes over {len(ids)} items")
-        if ends is None:  # tables saved before their end bits: one pass over the hashed ones
-            tables.ends = bucket_ends(words, tables.positions, tables.tables, index._word_width)
+        if ends is None:  # tables saved before their end bits: from the hashed tables' slots
+            tables.ends = bucket_ends(tables.slots, tables.tables, len(ids))
         index._install(words, ids, starts, widths, tables)
         return index
 

@@ -396,32 +396,34 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
 
 
 @njit
-def _ends_of(words, positions, tables, word_width, ends):
-    """The end bits of every hashed table from its positions (a table's last position of
-    each run of equal substrings): for tables stored without them (snapshots before they
-    existed)."""
-    n = words.shape[0]
+def _ends_of(slots, tables, n, ends):
+    """The end bits of every hashed table from its slots: each run's start ``lo`` is in one
+    slot, so the run before it ends at ``lo - 1``, and the table's last run at ``n - 1``
+    (a pass over the slots, no read of the items)."""
     g0 = 0
     for j in range(tables.shape[0]):
         if tables[j, T_DIRECT]:
             continue
-        pb = j * n
-        for t in range(n):
-            if t + 1 == n or item_substring(words, np.int64(positions[pb + t]), j, tables,
-                                            word_width) != \
-                    item_substring(words, np.int64(positions[pb + t + 1]), j, tables,
-                                   word_width):
-                _set_bit(ends, g0 + t)
+        fpb = np.uint64(tables[j, T_FP_BITS])
+        base = tables[j, T_BASE]
+        for s in range(base, base + tables[j, T_SLOTS]):
+            e = np.uint64(slots[s])
+            if e == np.uint64(0):
+                continue
+            lo = np.int64(e >> fpb) - 1
+            if lo > 0:
+                _set_bit(ends, g0 + lo - 1)
+        if n > 0:
+            _set_bit(ends, g0 + n - 1)
         g0 += 64 * ((n + 63) // 64)
 
 
-def bucket_ends(words: np.ndarray, positions: np.ndarray, tables: np.ndarray,
-                word_width: np.ndarray) -> np.ndarray:
-    """``ends`` of tables built without them (one pass over each hashed table)."""
-    n = words.shape[0]
+def bucket_ends(slots: np.ndarray, tables: np.ndarray, n: int) -> np.ndarray:
+    """``ends`` of tables built without them (snapshots before the end bits): from the
+    hashed tables' slots (:func:`_ends_of`)."""
     hashed = int((tables[:, T_DIRECT] == 0).sum())
     ends = np.zeros(max(1, hashed * ends_words(n)), dtype=np.uint64)
-    _ends_of(words, positions, tables, word_width, ends)
+    _ends_of(slots, tables, n, ends)
     return ends
 
 

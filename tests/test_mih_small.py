@@ -68,7 +68,7 @@ def test_tables_hold_positions_by_substring_then_id(bits, m, n, data):
 def _check_end_bits(index):
     """A hashed table's end bits are set exactly at the last position of each run of equal
     substrings (twin: the substrings in table order compared with the next); none for a
-    direct table; the same bits computed from the positions (an older snapshot's load)."""
+    direct table; the same bits computed from the slots (an older snapshot's load)."""
     t, n = index.tables, index.ntotal
     subs = index.substring_codes(index.words)
     bits = np.unpackbits(t.ends.view(np.uint8), bitorder="little")
@@ -83,7 +83,7 @@ def _check_end_bits(index):
         assert not bits[base + n:base + 64 * ((n + 63) // 64)].any()
         hashed += 1
     assert len(t.ends) == max(1, hashed * ((n + 63) // 64))
-    assert (bucket_ends(index.words, t.positions, t.tables, index._word_width) == t.ends).all()
+    assert (bucket_ends(t.slots, t.tables, n) == t.ends).all()
 
 
 def test_a_hashed_table_from_the_counting_sort():
@@ -290,7 +290,7 @@ def test_the_tables_are_loaded_not_rebuilt(tmp_path, mmap):
 
 def test_a_snapshot_without_end_bits_loads_with_them_computed():
     """Tables saved before their end bits (format 4 without ``table_ends``): the bits are
-    computed at load from the positions, equal to a build's, and the searches agree."""
+    computed at load from the slots, equal to a build's, and the searches agree."""
     rng = np.random.default_rng(3)
     values = rng.integers(0, 1 << 40, 30, dtype=np.uint64)
     xb = values[rng.integers(0, 30, 2000)].reshape(-1, 1)
