@@ -232,17 +232,17 @@ def ends_bit_base(tables: np.ndarray, j: int, n: int) -> int:
 
 
 @njit
-def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap, ends, ebase):
+def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap, ends):
     """The hashed lookup of a table whose substring values in table order are
     ``sorted_keys``: every run's start into the slots (linear probing), its value into the
-    filter and its last position into the end bits (from bit ``ebase`` of ``ends``)."""
+    filter and its last position into the table's end bits ``ends``."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
     n = len(sorted_keys)
     for lo in range(n):
         key = sorted_keys[lo]
         if lo + 1 == n or sorted_keys[lo + 1] != key:
-            _set_bit(ends, ebase + lo)
+            _set_bit(ends, lo)
         if lo > 0 and key == sorted_keys[lo - 1]:
             continue
         h = key * HASH_MULTIPLIER
@@ -257,7 +257,7 @@ def _fill_from_sorted(sorted_keys, slots, fp_bits, bitmap, ends, ebase):
 
 
 @njit
-def _fill_from_starts(counts, slots, fp_bits, bitmap, ends, ebase):
+def _fill_from_starts(counts, slots, fp_bits, bitmap, ends):
     """:func:`_fill_from_sorted` from a counting sort's bucket starts by value."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
@@ -265,7 +265,7 @@ def _fill_from_starts(counts, slots, fp_bits, bitmap, ends, ebase):
         lo = counts[v]
         if counts[v + 1] == lo:
             continue
-        _set_bit(ends, ebase + np.int64(counts[v + 1]) - 1)
+        _set_bit(ends, np.int64(counts[v + 1]) - 1)
         h = np.uint64(v) * HASH_MULTIPLIER
         f, bits = filter_word_bits(h, len(bitmap))
         bitmap[f] |= bits
@@ -298,7 +298,7 @@ def table_rows(bits: int, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
 
 class SubstringTables:
     """The tables of one multi-index (module docstring): ``positions``, ``starts``, ``slots``,
-    ``bitmap`` and ``tables`` (arrays), ``distinct`` per table (metadata)."""
+    ``bitmap``, ``tables`` and ``ends`` (arrays), ``distinct`` per table (metadata)."""
 
     ARRAYS = ("positions", "starts", "slots", "bitmap", "tables", "ends")
 
@@ -370,9 +370,9 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
         bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * nd / 64)), dtype=np.uint64)
         ends = np.zeros(ends_words(n), dtype=np.uint64)
         if keys is not None:
-            _fill_from_sorted(keys, slots, fp_bits, bitmap, ends, 0)
+            _fill_from_sorted(keys, slots, fp_bits, bitmap, ends)
         else:
-            _fill_from_starts(counts, slots, fp_bits, bitmap, ends, 0)
+            _fill_from_starts(counts, slots, fp_bits, bitmap, ends)
         ends_parts.append(ends)
         del counts, keys
         tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)

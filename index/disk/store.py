@@ -28,8 +28,10 @@ from bucketsearch.index.disk import fsio
 #: a filter; auto's stores only ``single_slots``. Versions 1-2 load as before (the single table
 #: indexed again from their items). 4: the multi-index (``mih`` and auto's ``mih_*``) stores its
 #: substring tables as positions into the shared items (:mod:`index.mih_tables`:
-#: ``table_positions``, ``table_starts``, ``table_slots``, ``table_bitmap``, ``table_tables``;
-#: meta ``layout: "positions"``), mapped as they are on load; versions 1-3 (bucket tables of
+#: ``table_positions``, ``table_starts``, ``table_slots``, ``table_bitmap``, ``table_tables``,
+#: and ``table_ends``, the hashed tables' bucket end bits, added without a new version: a
+#: version-4 snapshot without them gets them from its slots at load; meta ``layout:
+#: "positions"``), mapped as they are on load; versions 1-3 (bucket tables of
 #: distinct substrings, ``table_codes`` ... ``table_bitmap``) load with the tables built again
 #: from their items.
 FORMAT_VERSION = 4
