@@ -341,6 +341,9 @@ class LiveIndex(LiveReads, Follower):
             self._merge_backoff = 0.0
             log.info("index %s: merged %d items into snapshot %d (mode %s) in %.2f s",
                      self.directory.name, len(ids), through, mode, time.perf_counter() - t)
+            # the old state's main index is freed here, not after the cleanup's file deletions
+            # (a 100M index: 4.6 GB held while its old snapshot's files are removed)
+            del frozen, words, ids, fresh, base
             self._cleanup()
             return True
 
