@@ -31,9 +31,10 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, OUTPUT_B
 from bucketsearch.index.codes import word_widths
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
                                         counting_sort, grow, record_radius, sort_run)
-from bucketsearch.index.item_table import ItemTable, find_row, find_word, probe_word, run_end
+from bucketsearch.index.item_table import (ItemTable, filter_word_bits, find_row, find_word,
+                                           home_and_fingerprint, probe_word, run_end)
 from bucketsearch.index.scan import _collect
-from bucketsearch.index.table import sort_items
+from bucketsearch.index.table import HASH_MULTIPLIER, sort_items
 
 N_STAT_FIELDS = len(STAT_FIELDS)
 _ROW_STRIDES = (8, 8)  # a C-contiguous (nq, 1) uint64 array's
@@ -456,24 +457,86 @@ def _range_word_kernel(xq, R, bits, with_stats, tick_ns, max_results, words, slo
 
 
 @njit
+def _range_word0_short(xq, lims, out_i, words, slots, fp_bits, direct, bitmap, ids):
+    """Radius 0 of a batch of one-word codes from its first query, in one pass: per query the
+    lookup of its code (the filter read while the batch's misses outnumber its hits, as in
+    :func:`_lookup_words`), then its bucket's ids copied to ``out_i`` (ascending: the items
+    are sorted by (code, id)) and ``lims[qi + 1]`` set to the end of its results
+    (``lims[0] = 0`` is the caller's). Returns the results' count, or ``-1 - q`` when
+    ``out_i`` has no room for query ``q``'s (``lims[:q + 1]`` and the results before
+    ``lims[q]`` are final).
+
+    The probe is written out here, not called: this loop takes no array through an inlined
+    function, so numba leaves no reference counting in it whatever its branches (the
+    two-pass :func:`_range_word0_kernel`'s loop kept its speed only while it had no exit; a
+    prefetch added to it brought back increments and decrements of three arrays, 3.5x
+    slower). One pass instead of that kernel's lookups, then copies, then a fill of the
+    distances (left to the caller: all 0): 4.6 against 5.6 us a batch of 1,000 uniform
+    queries, 1 in 4 of them hits (bench/RESULTS.md section 32)."""
+    nq = xq.shape[0]
+    n = words.shape[0]
+    cap = len(out_i)
+    n_slots = np.uint64(len(slots))
+    fpb = np.uint64(fp_bits)
+    fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+    n_filter = len(bitmap)
+    n_out = 0
+    found = 0
+    for qi in range(nq):
+        q = xq[qi, 0]
+        lo = np.int64(-1)
+        hi = np.int64(-1)
+        if direct:
+            lo = np.int64(slots[q])
+            hi = np.int64(slots[q + np.uint64(1)])
+        else:
+            h = q * HASH_MULTIPLIER
+            f, bits = filter_word_bits(h, n_filter)
+            if 2 * found >= qi or (bitmap[f] & bits) == bits:
+                s, fp = home_and_fingerprint(h, n_slots, fpb)
+                while True:
+                    e = np.uint64(slots[s])
+                    if e == np.uint64(0):
+                        break
+                    if (e & fp_mask) == fp:
+                        p = np.int64(e >> fpb) - 1
+                        if words[p, 0] == q:
+                            lo = p
+                            break
+                    s += np.uint64(1)
+                    if s == n_slots:
+                        s = np.uint64(0)
+            if lo >= 0:
+                hi = lo + 1
+                while hi < n and words[hi, 0] == q:
+                    hi += 1
+        if hi > lo:
+            found += 1
+            if n_out + hi - lo > cap:
+                return -1 - qi
+            for t in range(lo, hi):
+                out_i[n_out] = ids[t]
+                n_out += 1
+        lims[qi + 1] = n_out
+    return n_out
+
+
+@njit
 def _range_word_small(xq, R, lims, out_d, out_i, hits, words, slots, fp_bits, direct, bitmap,
                       ids):
     """Range search of a batch of 64-bit codes from its first query, without statistics or
-    result cap: :func:`_range_word0_kernel` (``R = 0``) or :func:`_range_word_kernel`, for the
+    result cap: :func:`_range_word0_short` (``R = 0``) or :func:`_range_word_kernel`, for the
     short way of :meth:`HammingIndex.range_search`. 12 arguments instead of 20 (each costs
     ~30-50 ns to pass from Python, a one-query call ~2 us) and one int back: the results'
     count, or ``-1 - q`` when a buffer filled before query ``q`` (then ``lims[:q + 1]`` and
     the results before ``lims[q]`` are final)."""
+    if R == 0:
+        return _range_word0_short(xq, lims, out_i, words, slots, fp_bits, direct, bitmap, ids)
     stats = np.empty((0, 0, 0), dtype=np.int64)
     total_ns = np.empty(0, dtype=np.int64)
-    if R == 0:
-        q, n_out, _, _ = _range_word0_kernel(xq, False, 1.0, NO_RESULT_CAP, words, slots, fp_bits,
-                                             direct, bitmap, ids, 0, 0, lims, out_d, out_i,
-                                             hits, stats, total_ns)
-    else:
-        q, n_out, _, _ = _range_word_kernel(xq, R, 64, False, 1.0, NO_RESULT_CAP, words, slots,
-                                            fp_bits, direct, bitmap, ids, 0, 0, lims, out_d,
-                                            out_i, hits, stats, total_ns)
+    q, n_out, _, _ = _range_word_kernel(xq, R, 64, False, 1.0, NO_RESULT_CAP, words, slots,
+                                        fp_bits, direct, bitmap, ids, 0, 0, lims, out_d,
+                                        out_i, hits, stats, total_ns)
     return n_out if q == xq.shape[0] else -1 - q
 
 
@@ -601,7 +664,7 @@ class HammingIndex(IndexBase):
                 out_d, out_i, hits = OUTPUT_BUFFERS.all
                 lims = np.zeros(queries.shape[0] + 1, np.int64)
                 n = short[0](queries, max_distance, lims, out_d, out_i, hits, *short[1])
-                if n >= 0:  # (radius 0: distances 0, one numpy call less)
+                if n >= 0:  # (radius 0: distances 0, not written by the kernel)
                     return (lims, out_d[:n].copy() if max_distance else np.zeros(n, np.int32),
                             out_i[:n].copy())
                 return self._range_rest(queries, max_distance, lims, -1 - n)
@@ -621,8 +684,8 @@ class HammingIndex(IndexBase):
                 _range_word_small, (xq, R, lims, out_d, out_i, hits, *bound.short_args))
         self._short = (entry, bound.short_args)  # the entry with its table's arguments
         n = entry(xq, R, lims, out_d, out_i, hits, *bound.short_args)
-        if n >= 0:
-            return lims, out_d[:n].copy(), out_i[:n].copy()
+        if n >= 0:  # (radius 0: the kernel writes no distances, all 0)
+            return lims, out_d[:n].copy() if R else np.zeros(n, np.int32), out_i[:n].copy()
         return self._range_rest(xq, R, lims, -1 - n)
 
     def _range_rest(self, xq: np.ndarray, R: int, lims: np.ndarray, q: int):
@@ -631,7 +694,8 @@ class HammingIndex(IndexBase):
         left, run the resumable way (:meth:`_run_range_word`)."""
         out_d, out_i, _ = OUTPUT_BUFFERS.all
         done = int(lims[q])
-        head_d, head_i = out_d[:done].copy(), out_i[:done].copy()
+        head_d = out_d[:done].copy() if R else np.zeros(done, np.int32)
+        head_i = out_i[:done].copy()
         rest_lims, rest_d, rest_i = self._run_range_word(xq[q:], R, False, None)
         lims[q + 1:] = rest_lims[1:] + done
         return lims, np.concatenate([head_d, rest_d]), np.concatenate([head_i, rest_i])

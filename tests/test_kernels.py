@@ -12,7 +12,7 @@ from bucketsearch.index.kernels import (EMPTY, ITEMS, NONEMPTY, PROBES, counting
                                         hamming, merge_rows, record_radius, rows_done,
                                         sort_run)
 from bucketsearch.index.mih import MultiIndex
-from bucketsearch.index.probe import HammingIndex, _lookup_words
+from bucketsearch.index.probe import HammingIndex, _lookup_words, _range_word0_short
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index import radix
 from bucketsearch.index.item_table import ItemTable, slot_layout
@@ -224,6 +224,52 @@ def test_lookup_words_matches_a_dict(bits, n, clock, data):
         assert (ticks[q_start:] > 0).all() and (ticks[:q_start] == 0).all()
     else:
         assert (ticks == 0).all()
+
+
+def exact_match_twin(xq, words, ids):
+    """Radius 0 in plain numpy: per query the ids of the items whose code equals it,
+    ascending, as CSR ``(lims, I)``."""
+    parts = [np.sort(ids[words[:, 0] == q]) for q in xq[:, 0]]
+    lims = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=lims[1:])
+    return lims, np.concatenate(parts or [np.empty(0, np.int64)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.sampled_from([3, 16, 30, 64]), n=st.integers(0, 60),
+       layout=st.sampled_from([None, (np.uint32, 1), (np.uint64, 2)]), cap=st.integers(0, 40),
+       data=st.data())
+def test_range_word0_short_matches_the_twin(bits, n, layout, cap, data):
+    """The one-pass radius-0 kernel of the short way against :func:`exact_match_twin`: direct
+    and hashed tables (fingerprints of 1-2 bits, so most fingerprint matches are false), runs
+    of equal codes, misses first (the filter is read) and hits first (it is not), and an
+    output buffer of ``cap`` entries that may fill (then ``-1 - q``, the results before query
+    ``q`` final and nothing written past ``cap``)."""
+    top = (1 << bits) - 1
+    few = data.draw(st.booleans())
+    xb = np.array(data.draw(st.lists(st.integers(0, min(top, 12)) if few
+                                     else st.integers(0, top), min_size=n, max_size=n)),
+                  dtype=np.uint64).reshape(-1, 1)
+    ids = np.array(data.draw(st.permutations(range(n))), dtype=np.int64) * 3 - 7
+    words, sorted_ids = sort_items(xb, ids)
+    table = ItemTable.from_sorted(bits, words, sorted_ids,
+                                  layout=layout if bits > 16 else None)
+    misses = data.draw(st.lists(st.integers(0, top), max_size=12))
+    head = [xb[:6], np.array(misses, dtype=np.uint64).reshape(-1, 1)]
+    xq = np.concatenate(head if data.draw(st.booleans()) else head[::-1])
+    xq = np.concatenate([xq, np.array([[0], [top], [7 & top]], dtype=np.uint64)])
+    lims = np.zeros(len(xq) + 1, dtype=np.int64)
+    out_i = np.full(cap, -99, dtype=np.int64)
+    words_, slots, fp_bits, direct, bitmap = table.lookup_args()
+    got = _range_word0_short(xq, lims, out_i, words_, slots, fp_bits, direct, bitmap, table.ids)
+    tl, ti = exact_match_twin(xq, xb, ids)
+    if got >= 0:
+        assert got == tl[-1] <= cap
+        assert (lims == tl).all() and (out_i[:got] == ti).all()
+    else:
+        q = -1 - got
+        assert tl[q + 1] > cap >= tl[q]  # the first query whose results did not fit
+        assert (lims[:q + 1] == tl[:q + 1]).all() and (out_i[:tl[q]] == ti[:tl[q]]).all()
 
 
 @settings(max_examples=80, deadline=None)
