@@ -38,6 +38,7 @@ from bucketsearch.index.table import HASH_MULTIPLIER, sort_items
 
 N_STAT_FIELDS = len(STAT_FIELDS)
 _ROW_STRIDES = (8, 8)  # a C-contiguous (nq, 1) uint64 array's
+_NDARRAY, _INT64, _INT32 = np.ndarray, np.dtype(np.int64), np.dtype(np.int32)
 
 
 class _Binding(NamedTuple):
@@ -597,7 +598,8 @@ class HammingIndex(IndexBase):
         """The table and its :class:`_Binding`."""
         args = (*table.lookup_args(), table.ids)
         self._bound = _Binding(table, args, args if self.bits == 64 else (), {})
-        self._short = None  # (the compiled entry of _range_word_small, its arguments)
+        self._short = None  # (the compiled entries of _range_word_small, its arguments, and
+        #                      of _range_word0_short: _range_short)
 
     def snapshot(self) -> tuple[dict, dict]:
         return {"max_probes": self.max_probes, "table": self.table.meta()}, self.table.arrays()
@@ -653,28 +655,37 @@ class HammingIndex(IndexBase):
         queries, or ``threads = 1``): those checks in a few comparisons, then
         :meth:`_range_short` (a one-query call was 2.7x a bare Numba call of a minimal probe,
         mostly Python: bench/RESULTS.md section 27)."""
-        if (stats is False and max_results is None and type(max_distance) is int
-                and 0 <= max_distance <= self._short_radius and type(queries) is np.ndarray
-                and queries.dtype is WORD_DTYPE and queries.strides == _ROW_STRIDES
-                and queries.shape[1] == 1
-                and (queries.shape[0] < PARALLEL_MIN_QUERIES or self.threads == 1)):
-            # _range_short's first lines, here: a call less (~0.1 us of ~2)
-            short = self._short
-            if short is not None:
-                out_d, out_i, hits = OUTPUT_BUFFERS.all
-                lims = np.zeros(queries.shape[0] + 1, np.int64)
-                n = short[0](queries, max_distance, lims, out_d, out_i, hits, *short[1])
-                if n >= 0:  # (radius 0: distances 0, not written by the kernel)
-                    return (lims, out_d[:n].copy() if max_distance else np.zeros(n, np.int32),
-                            out_i[:n].copy())
+        if (stats is False and max_results is None and type(queries) is _NDARRAY
+                and queries.dtype is WORD_DTYPE and type(max_distance) is int):
+            shape = queries.shape
+            if (len(shape) == 2 and shape[1] == 1 and queries.strides == _ROW_STRIDES
+                    and 0 <= max_distance <= self._short_radius
+                    and (shape[0] < PARALLEL_MIN_QUERIES or self.threads == 1)):
+                # _range_short's lines, here: a call less (~0.1 us of ~2)
+                short = self._short
+                if short is None:
+                    return self._range_short(queries, max_distance)
+                lims = np.zeros(shape[0] + 1, _INT64)
+                if max_distance == 0:  # 9 arguments, not 12; distances 0, not written
+                    out_i = OUTPUT_BUFFERS.i
+                    n = short[2](queries, lims, out_i, *short[1])
+                    if n >= 0:
+                        return lims, np.zeros(n, _INT32), out_i[:n].copy()
+                else:
+                    out_d, out_i, hits = OUTPUT_BUFFERS.all
+                    n = short[0](queries, max_distance, lims, out_d, out_i, hits, *short[1])
+                    if n >= 0:
+                        return lims, out_d[:n].copy(), out_i[:n].copy()
                 return self._range_rest(queries, max_distance, lims, -1 - n)
-            return self._range_short(queries, max_distance)
         return IndexBase.range_search(self, queries, max_distance, stats, max_results)
 
     def _range_short(self, xq: np.ndarray, R: int):
         """Range search of one-word codes ``xq`` (C-contiguous) on the calling thread
         without statistics or cap: one call of :func:`_range_word_small` through its compiled
-        entry, into this thread's reusable buffers (:meth:`_range_rest` when they fill)."""
+        entry, into this thread's reusable buffers (:meth:`_range_rest` when they fill). Keeps
+        in ``_short`` that entry, the table's arguments and the compiled entry of
+        :func:`_range_word0_short` (both compiled here, whatever ``R``: a warm-up leaves
+        neither to compile)."""
         bound = self._bound
         out_d, out_i, hits = OUTPUT_BUFFERS.all
         lims = np.zeros(xq.shape[0] + 1, np.int64)
@@ -682,7 +693,11 @@ class HammingIndex(IndexBase):
         if entry is None:
             entry = bound.compiled[_range_word_small] = compiled_entry(
                 _range_word_small, (xq, R, lims, out_d, out_i, hits, *bound.short_args))
-        self._short = (entry, bound.short_args)  # the entry with its table's arguments
+        entry0 = bound.compiled.get(_range_word0_short)
+        if entry0 is None:
+            entry0 = bound.compiled[_range_word0_short] = compiled_entry(
+                _range_word0_short, (xq, lims, out_i, *bound.short_args))
+        self._short = (entry, bound.short_args, entry0)
         n = entry(xq, R, lims, out_d, out_i, hits, *bound.short_args)
         if n >= 0:  # (radius 0: the kernel writes no distances, all 0)
             return lims, out_d[:n].copy() if R else np.zeros(n, np.int32), out_i[:n].copy()
