@@ -301,3 +301,43 @@ def test_a_snapshot_keeps_its_calibration_on_the_same_machine(monkeypatch):
     monkeypatch.setattr(planner, "machine_fingerprint", lambda: "another machine")
     AutoIndex.from_snapshot(64, meta, arrays)
     assert timed == [1]
+
+
+@pytest.mark.parametrize("mode", PLAN_MODES)
+@pytest.mark.parametrize("bits", [16, 64, 128])
+def test_a_cached_plan_goes_to_its_engine_exactly(mode, bits):
+    """A batch whose plan is cached goes straight to the planned engine's range_search (the
+    short way of AutoIndex.range_search): the same answers as the planned path and the scan,
+    for queries as uint64 words, as a non-contiguous view and as packed bytes, the plan in
+    last_plan (a copy, with the batch size), and a copy with a lower probe limit (the
+    server's per-request limit) planned again, never given the original's plan."""
+    from bucketsearch.index.codes import to_packed
+    from bucketsearch.index.storage.reads import with_probe_limit
+    xb, ids, xq = make_data(bits, 200, 9, 11)
+    index = build_auto(bits, xb, ids, max_probes=200_000)
+    scan = build_scan(bits, xb, ids)
+    force(index, mode)
+    W = xq.shape[1]
+    wide = np.zeros((len(xq), 2 * W), dtype=np.uint64)
+    wide[:, ::2] = xq
+    for R in (0, 1, 2):
+        first = index.range_search(xq, R)  # planned, then cached
+        plan = index.last_plan
+        assert plan["nq"] == len(xq)
+        expected = scan.range_search(xq, R)
+        check_same(first, expected)
+        for q in (xq, wide[:, ::2], to_packed(xq, bits)):
+            check_same(index.range_search(q, R), expected)
+            assert index.last_plan == plan and index.last_plan is not index.last_plan
+        index.last_plan["mode"] = "changed"  # a copy: the cached plan is untouched
+        assert index.last_plan["mode"] == plan["mode"]
+        check_same(index.range_search(xq[:1], R), scan.range_search(xq[:1], R))
+        assert index.last_plan["nq"] == 1
+        low = with_probe_limit(index, 1)  # the single table and MIH over the limit from R = 1
+        check_same(low.range_search(xq, R), expected)
+        if R >= 1:
+            assert low.last_plan["mode"] == "scan"
+    with pytest.raises(ValueError, match="max_distance"):
+        index.range_search(xq, -1)
+    with pytest.raises(ValueError, match="max_distance"):
+        index.range_search(xq, bits + 1)
