@@ -430,8 +430,8 @@ def report_cell(name, r, c, args):
             f"{m} {c[m] / c['floor']:.2f} ({met(c[m] / c['floor'], t)})" for m in MODES))
     if r in FLOOR_TARGETS:
         t, bare = FLOOR_TARGETS[r], c["p50 floor bare"]
-        print(f"  floor, one-query p50 / bare Numba call of the floor probe ({us(bare)} us; "
-              f"target <= {t}): " + "  ".join(
+        print(f"  floor, one-query p50 / bare Numba call of the floor's radius-{r} probes "
+              f"({us(bare)} us; target <= {t}): " + "  ".join(
                   f"{m} {c['p50 ' + m] / bare:.2f} ({met(c['p50 ' + m] / bare, t)})"
                   for m in MODES))
 
