@@ -272,6 +272,26 @@ def test_range_word0_short_matches_the_twin(bits, n, layout, cap, data):
         assert (lims[:q + 1] == tl[:q + 1]).all() and (out_i[:tl[q]] == ti[:tl[q]]).all()
 
 
+def test_range_word0_short_walks_false_fingerprints_and_wraps():
+    """The same kernel on a table whose 1-bit fingerprints match half the slots they pass and
+    whose last slots are taken, probed without the filter (hits first) by every code and
+    thousands of absent ones: false fingerprint matches and walks past the last slot, every
+    answer the twin's (the hypothesis test's few examples may miss these paths)."""
+    rng = np.random.default_rng(2)  # a seed whose table has its last two slots taken
+    xb = rng.integers(0, 2**63, (300, 1), dtype=np.uint64)
+    ids = np.arange(300, dtype=np.int64)
+    words, sorted_ids = sort_items(xb, ids)
+    table = ItemTable.from_sorted(64, words, sorted_ids, layout=(np.uint32, 1))
+    assert table.slots[-1] != 0  # a walk from the last slot wraps to the first
+    xq = np.concatenate([xb, rng.integers(0, 2**63, (5000, 1), dtype=np.uint64)])
+    lims = np.zeros(len(xq) + 1, dtype=np.int64)
+    out_i = np.empty(len(xq), dtype=np.int64)
+    words_, slots, fp_bits, direct, bitmap = table.lookup_args()
+    got = _range_word0_short(xq, lims, out_i, words_, slots, fp_bits, direct, bitmap, table.ids)
+    tl, ti = exact_match_twin(xq, xb, ids)
+    assert got == 300 and (lims == tl).all() and (out_i[:got] == ti).all()
+
+
 @settings(max_examples=80, deadline=None)
 @given(bits=st.sampled_from([25, 40, 64, 128]), n=st.integers(0, 400), spread=st.integers(1, 40),
        layout=st.sampled_from([None, (np.uint32, 1), (np.uint32, 3), (np.uint64, 32),
