@@ -17,6 +17,9 @@ import numpy as np
 from bucketsearch.index._jit import compiled_entry, default_threads
 from bucketsearch.index.codes import as_words, check_bits
 from bucketsearch.index.disk.store import load_arrays, save_arrays
+from bucketsearch.index.pool import build_threads, pool
+from bucketsearch.index.radix import repeated_id
+from bucketsearch.index.table import merge_items
 
 DEFAULT_MAX_PROBES = 10_000_000
 PROBE_CAP = 1 << 62          # per-radius probe counts are clipped here inside the kernel
@@ -296,17 +299,9 @@ def splice_rows(lims: np.ndarray, D: np.ndarray, I: np.ndarray, rows: np.ndarray
     return out_lims, out_d, out_i
 
 
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
 def _chunk_pool() -> ThreadPoolExecutor:
     """One process-wide pool for query chunks (threads are reused, not created per search)."""
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max(default_threads(), 2),
-                                            thread_name_prefix="bucketsearch-chunk"))
-        return _POOL[0]
+    return pool("chunk")
 
 
 def run_chunked(kernel, xq: np.ndarray, threads: int | None = None):
@@ -534,6 +529,13 @@ class IndexBase:
     def __len__(self) -> int:
         return self.ntotal
 
+    @property
+    def build_threads(self) -> int:
+        """Threads a build (add, remove, a merge) runs on: :attr:`threads`, or the default
+        (:func:`bucketsearch.index.pool.build_threads`); the index built is the same, bit for
+        bit, on any number."""
+        return build_threads(self.threads)
+
     def _check_queries(self, queries) -> np.ndarray:
         if (type(queries) is np.ndarray and queries.dtype == _WORD and queries.ndim == 2
                 and self.bits % 64 == 0 and queries.shape[1] == self.bits // 64
@@ -560,25 +562,31 @@ class IndexBase:
             raise ValueError(f"k must be a positive int, got {k!r}")
         return int(k)
 
-    def _merge_ids(self, words: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
-        """Validated new ids (default ntotal..) merged with the present (words, ids)."""
-        n = len(words)
+    def _new_ids(self, n: int, ids) -> np.ndarray:
+        """Validated int64 ids of ``n`` new items (default ntotal..): one per item, none twice
+        in the batch nor already in the index (:func:`bucketsearch.index.radix.repeated_id`:
+        one pass when they increase, a radix sort otherwise; no pass over the index's ids when
+        they all lie above its largest)."""
         if ids is None:
             start = int(self.ids.max()) + 1 if self.ntotal else 0
-            ids = np.arange(start, start + n, dtype=np.int64)
-        else:
-            ids = np.asarray(ids)
-            if ids.ndim != 1 or len(ids) != n or not np.issubdtype(ids.dtype, np.integer):
-                raise ValueError(f"ids must be a 1-D int array of length {n} (one per code), "
-                                 f"got shape {ids.shape} and dtype {ids.dtype}")
-            ids = ids.astype(np.int64)
-            uniq, cnt = np.unique(ids, return_counts=True)
-            if (cnt > 1).any():
-                raise ValueError(f"ids: id {int(uniq[cnt > 1][0])} appears more than once in "
-                                 "the batch")
-            clash = np.isin(ids, self.ids)
-            if clash.any():
-                raise ValueError(f"ids: id {int(ids[clash][0])} is already in the index")
+            return np.arange(start, start + n, dtype=np.int64)
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or len(ids) != n or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"ids must be a 1-D int array of length {n} (one per code), "
+                             f"got shape {ids.shape} and dtype {ids.dtype}")
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        twice = repeated_id(ids)
+        if twice is not None:
+            raise ValueError(f"ids: id {twice} appears more than once in the batch")
+        if self.ntotal and n and int(ids.min()) <= int(self.ids.max()):
+            clash = repeated_id(np.concatenate([self.ids, ids]))
+            if clash is not None:
+                raise ValueError(f"ids: id {clash} is already in the index")
+        return ids
+
+    def _merge_ids(self, words: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
+        """Validated new ids (:meth:`_new_ids`) merged with the present (words, ids)."""
+        ids = self._new_ids(len(words), ids)
         return (np.concatenate([self.words, words]), np.concatenate([self.ids, ids]))
 
     def build(self, words: np.ndarray, ids: np.ndarray, presorted: bool = False) -> None:
@@ -594,9 +602,16 @@ class IndexBase:
 
     def add(self, codes, ids=None) -> None:
         """Add codes (any format of :func:`bucketsearch.index.codes.as_words`) with optional unique
-        ids."""
+        ids. An engine keeping its items in (code, id) order (:attr:`sorted_by_code`) sorts
+        only the new items and merges them into its own in one pass
+        (:func:`bucketsearch.index.table.merge_items`)."""
         words = as_words(codes, self.bits)
-        self._rebuild(*self._merge_ids(words, ids))
+        if self.sorted_by_code and self.ntotal:
+            ids = self._new_ids(len(words), ids)
+            self._rebuild_sorted(*merge_items(self.words, self.ids, words, ids,
+                                              self.build_threads))
+        else:
+            self._rebuild(*self._merge_ids(words, ids))
         trim_heap(self.ntotal)
 
     def remove(self, ids) -> int:

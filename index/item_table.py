@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from bucketsearch.index._jit import njit
+from bucketsearch.index._jit import njit, prefetch
 from bucketsearch.index.codes import n_words
 from bucketsearch.index.table import HASH_MULTIPLIER, hash_words, sort_items
 
@@ -201,6 +201,15 @@ def run_starts(words):
     return out[:nu].copy()
 
 
+#: run starts ahead whose filter word and home slot :func:`_fill_slots` prefetches
+FILL_PREFETCH = 16
+
+
+@njit(inline="always")
+def _code_hash(words, lo, W):
+    return words[lo, 0] * HASH_MULTIPLIER if W == 1 else hash_words(words[lo], W)
+
+
 @njit
 def bucket_size_counts(words):
     """``counts[s]``: how many runs of equal rows (buckets) of code-sorted ``words`` hold
@@ -234,13 +243,25 @@ def bucket_size_counts(words):
 @njit
 def _fill_slots(words, starts, slots, fp_bits, bitmap):
     """Insert every run start into the hashed ``slots`` (linear probing) and its code into the
-    filter, runs in order: reads sequential, writes random."""
+    filter, runs in order: reads sequential, writes random. The filter word and home slot of
+    the run :data:`FILL_PREFETCH` ahead are prefetched, so the random writes' cache misses
+    overlap instead of stalling one by one (0.46-0.56 s -> 0.26 s at 10M distinct codes,
+    bench/RESULTS.md "Builds"); the order of insertion, and so the table, is unchanged."""
     n_slots = np.uint64(len(slots))
     fpb = np.uint64(fp_bits)
     W = words.shape[1]
-    for b in range(len(starts)):
+    nb = len(starts)
+    for b in range(min(FILL_PREFETCH, nb)):
+        h = _code_hash(words, starts[b], W)
+        prefetch(bitmap, filter_word_bits(h, len(bitmap))[0])
+        prefetch(slots, home_and_fingerprint(h, n_slots, fpb)[0])
+    for b in range(nb):
+        if b + FILL_PREFETCH < nb:
+            h = _code_hash(words, starts[b + FILL_PREFETCH], W)
+            prefetch(bitmap, filter_word_bits(h, len(bitmap))[0])
+            prefetch(slots, home_and_fingerprint(h, n_slots, fpb)[0])
         lo = starts[b]
-        h = words[lo, 0] * HASH_MULTIPLIER if W == 1 else hash_words(words[lo], W)
+        h = _code_hash(words, lo, W)
         f, bits = filter_word_bits(h, len(bitmap))
         bitmap[f] |= bits
         s, fp = home_and_fingerprint(h, n_slots, fpb)

@@ -48,12 +48,14 @@ substrings carrying the positions. Linear passes, no Python per item.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
 from bucketsearch.index._jit import ctz64, njit
 from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
                                            filter_word_bits, home_and_fingerprint, slot_layout)
+from bucketsearch.index.pool import run_lanes
 from bucketsearch.index.radix import id_keys, increasing, sort_pairs
 from bucketsearch.index.table import HASH_MULTIPLIER
 
@@ -168,36 +170,85 @@ def bucket(key, j, tables, starts, slots, bitmap, positions, ends, words, word_w
 
 
 @njit
-def _all_substrings(words, j, tables, word_width, by_id):
-    """Substring ``j`` of every item, in id order (``by_id``; empty: position order)."""
+def _all_substrings(words, j, tables, word_width):
+    """Substring ``j`` of every row of ``words``, in row order."""
     n = words.shape[0]
     out = np.empty(n, dtype=np.uint64)
     for i in range(n):
-        out[i] = item_substring(words, i if len(by_id) == 0 else np.int64(by_id[i]), j, tables,
-                                word_width)
+        out[i] = item_substring(words, i, j, tables, word_width)
     return out
 
 
 @njit
-def _counting_sort(words, j, tables, word_width, counts, out, by_id):
-    """Positions ``0..n-1`` into ``out`` ordered by (substring ``j``, id): the positions are
-    visited in id order (``by_id``; empty: the identity, ids increasing with positions), and
-    the scatter is stable. ``counts`` (``2^w + 1`` zeros, the position dtype) becomes the
-    bucket starts by value. Returns the number of distinct values."""
-    n = words.shape[0]
-    ident = len(by_id) == 0
+def _inverse_dense(ids, lo, out):
+    """``out[ids[p] - lo] = p`` for every position ``p`` (``out`` filled with ``n`` before):
+    the positions in id order when the ids are ``lo .. lo + n - 1`` in some order; False (and
+    ``out`` unfinished) on an id out of that range or seen twice."""
+    n = len(ids)
     for p in range(n):
-        counts[item_substring(words, p, j, tables, word_width) + np.uint64(1)] += 1
+        k = ids[p] - lo
+        if k < 0 or k >= n or out[k] != n:
+            return False
+        out[k] = p
+    return True
+
+
+def ids_order_words(words: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """``words`` when they are in ascending id order (``ids`` increase: a build's input, before
+    its sort), else None: the ``id_words`` of :func:`build_tables`."""
+    if len(ids) < 2 or not increasing(np.ascontiguousarray(ids, dtype=np.int64)):
+        return None
+    return np.ascontiguousarray(words, dtype=np.uint64)
+
+
+def positions_by_id(ids: np.ndarray, dtype) -> np.ndarray:
+    """The positions ``0..n-1`` of ``ids`` in ascending id order (``dtype``), empty when the
+    ids already increase with the positions: one scatter when the ids are consecutive
+    integers in some order (:func:`_inverse_dense`, a build's usual ids), else the radix
+    sort of the ids (:func:`bucketsearch.index.radix.sort_pairs`)."""
+    n = len(ids)
+    if increasing(ids):
+        return np.zeros(0, dtype=dtype)
+    lo = int(ids.min())
+    if int(ids.max()) - lo == n - 1:
+        out = np.full(n, n, dtype=dtype)
+        if _inverse_dense(ids, np.int64(lo), out):
+            return out
+    return sort_pairs(id_keys(ids), np.arange(n, dtype=dtype))[1]
+
+
+@njit
+def _gather_rows(words, order):
+    """``words[order]`` (the rows in the order of the positions ``order``)."""
+    n, W = len(order), words.shape[1]
+    out = np.empty((n, W), dtype=words.dtype)
+    for i in range(n):
+        p = np.int64(order[i])
+        for w in range(W):
+            out[i, w] = words[p, w]
+    return out
+
+
+@njit
+def _counting_sort(id_words, j, tables, word_width, counts, out, by_id):
+    """Positions into ``out`` ordered by (substring ``j``, id): ``id_words`` are the items'
+    codes in id order, ``by_id`` their positions (empty: the identity, ids increasing with
+    positions); read front to back, the scatter stable. ``counts`` (``2^w + 1`` zeros, the
+    position dtype) becomes the bucket starts by value. Returns the number of distinct
+    values."""
+    n = id_words.shape[0]
+    ident = len(by_id) == 0
+    for i in range(n):
+        counts[item_substring(id_words, i, j, tables, word_width) + np.uint64(1)] += 1
     distinct = 0
     for c in range(1, len(counts)):
         if counts[c] != 0:
             distinct += 1
         counts[c] += counts[c - 1]
     for i in range(n):
-        p = i if ident else np.int64(by_id[i])
-        s = item_substring(words, p, j, tables, word_width)
+        s = item_substring(id_words, i, j, tables, word_width)
         t = counts[s]
-        out[t] = p
+        out[t] = i if ident else by_id[i]
         counts[s] = t + 1
     # counts[s] is now the end of value s's bucket, the start of s + 1's: shift back one
     for c in range(len(counts) - 1, 0, -1):
@@ -323,58 +374,80 @@ class SubstringTables:
         return sum(a.nbytes for a in self.arrays().values())
 
 
+def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_dtype,
+                 fp_bits) -> tuple:
+    """Table ``j``: its positions into ``out`` and its lookup, ``(distinct, starts)`` of a
+    direct table or ``(distinct, slots, bitmap)`` of a hashed one (module docstring)."""
+    n = words.shape[0]
+    pdt = out.dtype
+    w = int(tables[j, T_WIDTH])
+    counts = None
+    if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
+        out[:] = np.arange(n, dtype=pdt)
+        keys = _all_substrings(words, j, tables, word_width)
+        nd = _run_count(keys)
+    elif (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32:
+        counts = np.zeros((1 << w) + 1, dtype=pdt)
+        nd = _counting_sort(id_words, j, tables, word_width, counts, out, by_id)
+        keys = None
+    else:
+        keys, order = sort_pairs(_all_substrings(id_words, j, tables, word_width),
+                                 by_id if len(by_id) else np.arange(n, dtype=pdt))
+        out[:] = order
+        del order
+        nd = _run_count(keys)
+    if is_direct(w, nd):
+        if counts is None:
+            counts = np.zeros((1 << w) + 1, dtype=pdt)
+            _histogram(keys, counts)
+            np.cumsum(counts, out=counts)
+        return nd, counts
+    slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * nd)), dtype=slot_dtype)
+    bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * nd / 64)), dtype=np.uint64)
+    ends = np.zeros(ends_words(n), dtype=np.uint64)
+    if keys is not None:
+        _fill_from_sorted(keys, slots, fp_bits, bitmap, ends)
+    else:
+        _fill_from_starts(counts, slots, fp_bits, bitmap, ends)
+    return nd, slots, bitmap, ends
+
+
 def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.ndarray,
-                 sub_widths: np.ndarray, word_width: np.ndarray) -> SubstringTables:
-    """The substring tables of ``words`` sorted by (code, id) (see the module docstring)."""
+                 sub_widths: np.ndarray, word_width: np.ndarray, threads: int = 1,
+                 id_words: np.ndarray | None = None) -> SubstringTables:
+    """The substring tables of ``words`` sorted by (code, id) (see the module docstring); the
+    tables are built on up to ``threads`` threads at once (the same tables on any number).
+    ``id_words``: the same codes in ascending id order, if the caller has them (else they are
+    gathered)."""
     n = words.shape[0]
     m = len(sub_widths)
     tables = table_rows(bits, sub_starts, sub_widths)
     pdt = position_dtype(n)
     positions = np.empty(m * n, dtype=pdt)
-    # the positions in id order (one radix sort), unless the ids increase with them
-    by_id = (np.zeros(0, dtype=pdt) if increasing(ids)
-             else sort_pairs(id_keys(ids), np.arange(n, dtype=pdt))[1])
+    # the positions in id order, unless the ids increase with them, and the codes in that
+    # order (one gather): every table's pass then reads its input front to back
+    by_id = positions_by_id(ids, pdt)
+    if len(by_id) == 0:
+        id_words = words
+    elif id_words is None:
+        id_words = _gather_rows(words, by_id)
     slot_dtype, fp_bits = slot_layout(n)
+    built = run_lanes([partial(_build_table, j, words, id_words, by_id, tables, word_width,
+                               positions[j * n:(j + 1) * n], slot_dtype, fp_bits)
+                       for j in range(m)], threads)
+    del id_words, by_id
     starts_parts, slot_parts, bitmap_parts, ends_parts, distinct = [], [], [], [], []
     n_starts = n_slots = n_bitmap = 0
-    for j in range(m):
-        w = int(sub_widths[j])
-        out = positions[j * n:(j + 1) * n]
-        counts = None
-        if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
-            out[:] = np.arange(n, dtype=pdt)
-            keys = _all_substrings(words, j, tables, word_width, by_id)
-            nd = _run_count(keys)
-        elif (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32:
-            counts = np.zeros((1 << w) + 1, dtype=pdt)
-            nd = _counting_sort(words, j, tables, word_width, counts, out, by_id)
-            keys = None
-        else:
-            keys, order = sort_pairs(_all_substrings(words, j, tables, word_width, by_id),
-                                     by_id if len(by_id) else np.arange(n, dtype=pdt))
-            out[:] = order
-            del order
-            nd = _run_count(keys)
-        distinct.append(nd)
-        if is_direct(w, nd):
-            if counts is None:
-                counts = np.zeros((1 << w) + 1, dtype=pdt)
-                _histogram(keys, counts)
-                np.cumsum(counts, out=counts)
+    for j, part in enumerate(built):
+        distinct.append(part[0])
+        if len(part) == 2:
             tables[j, T_DIRECT] = 1
             tables[j, T_BASE] = n_starts
-            starts_parts.append(counts)
-            n_starts += len(counts)
+            starts_parts.append(part[1])
+            n_starts += len(part[1])
             continue
-        slots = np.zeros(max(2, math.ceil(SLOTS_PER_CODE * nd)), dtype=slot_dtype)
-        bitmap = np.zeros(max(1, math.ceil(FILTER_BITS_PER_CODE * nd / 64)), dtype=np.uint64)
-        ends = np.zeros(ends_words(n), dtype=np.uint64)
-        if keys is not None:
-            _fill_from_sorted(keys, slots, fp_bits, bitmap, ends)
-        else:
-            _fill_from_starts(counts, slots, fp_bits, bitmap, ends)
-        ends_parts.append(ends)
-        del counts, keys
+        slots, bitmap = part[1], part[2]
+        ends_parts.append(part[3])
         tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)
         tables[j, T_BITMAP], tables[j, T_BITMAP_WORDS] = n_bitmap, len(bitmap)
         tables[j, T_FP_BITS] = fp_bits
@@ -382,6 +455,7 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
         bitmap_parts.append(bitmap)
         n_slots += len(slots)
         n_bitmap += len(bitmap)
+    del built
     starts = (np.concatenate(starts_parts) if len(starts_parts) > 1
               else starts_parts[0] if starts_parts else np.zeros(1, pdt))
     slots = (np.concatenate(slot_parts) if len(slot_parts) > 1

@@ -50,6 +50,7 @@ import math
 import os
 import platform
 import time
+from functools import partial
 
 import numpy as np
 
@@ -62,6 +63,8 @@ from bucketsearch.index.fits.paper import PaperModel, fit_paper_model
 from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.mih_knn import knn_search
+from bucketsearch.index.mih_tables import ids_order_words
+from bucketsearch.index.pool import run_parts
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import KNN_QUERY_BLOCK, LinearScan
 from bucketsearch.index.item_table import ItemTable
@@ -326,12 +329,21 @@ class AutoIndex(IndexBase):
 
     def _rebuild(self, words, ids):
         words = np.asarray(words, dtype=np.uint64).reshape(-1, n_words(self.bits))
-        self._rebuild_sorted(*sort_items(words, ids))  # one sort, one copy for the three
+        # one sort, one copy for the three
+        sorted_words, sorted_ids = sort_items(words, ids, self.build_threads)
+        self._rebuild_sorted(sorted_words, sorted_ids, id_words=ids_order_words(words, ids))
 
-    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
-        """The three engines over items already sorted by (code, id), sharing the arrays."""
-        self.mih._rebuild_sorted(words, ids)
-        self.single._rebuild_sorted(words, ids)
+    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray, id_words=None) -> None:
+        """The three engines over items already sorted by (code, id), sharing the arrays; on
+        two threads or more the single table is filled beside the multi-index's tables
+        (``id_words``: :meth:`MultiIndex._rebuild_sorted`)."""
+        threads = self.build_threads
+        if threads > 1:
+            run_parts([partial(self.mih._rebuild_sorted, words, ids, id_words, threads - 1),
+                       partial(self.single._rebuild_sorted, words, ids)])
+        else:
+            self.mih._rebuild_sorted(words, ids, id_words)
+            self.single._rebuild_sorted(words, ids)
         self.scan.share(words, ids)
         if self.calibrate_on_build:
             self.calibrate()

@@ -568,7 +568,7 @@ class HammingIndex(IndexBase):
 
     def _rebuild(self, words, ids):
         words = np.asarray(words, dtype=np.uint64).reshape(-1, len(word_widths(self.bits)))
-        self._rebuild_sorted(*sort_items(words, ids))
+        self._rebuild_sorted(*sort_items(words, ids, self.build_threads))
 
     def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
         """The table of items already sorted by (code, id); ``words`` and ``ids`` are kept, not

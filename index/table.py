@@ -24,7 +24,7 @@ import numpy as np
 
 from bucketsearch.index._jit import njit
 from bucketsearch.index.codes import n_words
-from bucketsearch.index.radix import sort_codes_ids
+from bucketsearch.index.radix import merge_sorted, sort_codes_ids
 
 EMPTY = np.int32(-1)
 HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
@@ -131,16 +131,34 @@ def _sort_order(words: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def sort_items(words: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def sort_items(words: np.ndarray, ids: np.ndarray,
+               threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """``(words, ids)`` sorted by (code, id): a radix sort for one-word codes (a few linear
-    passes, :mod:`index.radix`), ``np.lexsort`` for longer ones."""
+    passes on ``threads`` threads, :mod:`index.radix`), ``np.lexsort`` for longer ones."""
     words = np.ascontiguousarray(words, dtype=np.uint64)
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     if words.shape[1] == 1:
-        sorted_codes, sorted_ids = sort_codes_ids(words.reshape(-1), ids)
+        sorted_codes, sorted_ids = sort_codes_ids(words.reshape(-1), ids, threads)
         return sorted_codes.reshape(-1, 1), sorted_ids
     order = _sort_order(words, ids)
     return np.ascontiguousarray(words[order]), ids[order]
+
+
+def merge_items(words: np.ndarray, ids: np.ndarray, new_words: np.ndarray,
+                new_ids: np.ndarray, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Items ``(words, ids)`` already in (code, id) order and new items in any order (ids
+    disjoint), all of them in (code, id) order: one-word codes sort the new items only and
+    merge the two runs in one pass (:func:`bucketsearch.index.radix.merge_sorted`); longer
+    codes sort the union (:func:`sort_items`)."""
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    new_words = np.ascontiguousarray(new_words, dtype=np.uint64).reshape(-1, words.shape[1])
+    if words.shape[1] != 1 or not len(ids):
+        return sort_items(np.concatenate([words, new_words]), np.concatenate([ids, new_ids]),
+                          threads)
+    new_words, new_ids = sort_items(new_words, new_ids, threads)
+    merged, merged_ids = merge_sorted(words.reshape(-1), np.ascontiguousarray(ids, np.int64),
+                                      new_words.reshape(-1), new_ids)
+    return merged.reshape(-1, 1), merged_ids
 
 
 def position_dtype(n: int):

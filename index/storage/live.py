@@ -309,8 +309,9 @@ class LiveIndex(LiveReads, Follower):
                 self._during_merge = []
             try:
                 t = time.perf_counter()
-                words, ids = frozen.sorted_items()  # the main's order kept, the delta merged
                 fresh = new_main(self._config(), mode, substrings)
+                # the main's order kept, the delta merged
+                words, ids = frozen.sorted_items(fresh.build_threads)
                 if len(ids):
                     fresh.build(words, ids, presorted=True)  # ids checked when written
                 merges = self.merges + 1  # kept in the snapshot: a restart reads it back

@@ -20,13 +20,13 @@ from bucketsearch.index.budget import bucket_sizes  # noqa: F401 -- importable h
 from bucketsearch.index.budget import largest_bucket
 from bucketsearch.index.codes import as_words, n_words
 from bucketsearch.index.errors import DuplicateIdError  # noqa: F401 -- raised here, importable here
-from bucketsearch.index.radix import merge_sorted
+from bucketsearch.index.radix import repeated_id
 from bucketsearch.index.scan import LinearScan
 from bucketsearch.index.storage import reads
 from bucketsearch.index.storage.idset import IdRows, IdSet
 from bucketsearch.index.storage.reads import merge_results, with_probe_limit  # noqa: F401
 from bucketsearch.index.storage.wal import Op
-from bucketsearch.index.table import sort_items
+from bucketsearch.index.table import merge_items, sort_items
 
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
 MAX_ID = 2**63 - 1  # ids are int64 >= 0
@@ -37,10 +37,9 @@ def write_batch(codes, ids, bits: int) -> tuple[np.ndarray, np.ndarray]:
     ids = np.array(ids, dtype=np.int64).reshape(-1)
     if len(ids) != len(words):
         raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
-    uniq, counts = np.unique(ids, return_counts=True)
-    if (counts > 1).any():
-        raise ValueError(f"ids: id {int(uniq[counts > 1][0])} appears more than once "
-                         "in the batch")
+    twice = repeated_id(ids)
+    if twice is not None:
+        raise ValueError(f"ids: id {twice} appears more than once in the batch")
     return ids, words
 
 
@@ -105,23 +104,22 @@ class LiveState:
         return (np.concatenate([i for i, _ in parts]),
                 np.concatenate([w for _, w in parts]))
 
-    def sorted_items(self) -> tuple[np.ndarray, np.ndarray]:
+    def sorted_items(self, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """``(words, ids)`` of every live item sorted by (code, id). A main index that keeps
         that order (:attr:`IndexBase.sorted_by_code`) of one-word codes is not sorted again:
         its items (tombstones dropped, order kept) and the sorted delta are merged in one
-        pass (:func:`bucketsearch.index.radix.merge_sorted`)."""
+        pass (:func:`bucketsearch.index.table.merge_items`)."""
         main = self.main
         if not main.ntotal or not main.sorted_by_code or n_words(self.bits) != 1:
             ids, words = self.items()
-            return sort_items(words, ids)
+            return sort_items(words, ids, threads)
         main_words = np.asarray(main.words).reshape(-1)
         main_ids = np.asarray(main.ids, dtype=np.int64)
         if len(self.tombstones):
             keep = ~np.isin(main_ids, self.tombstones)
             main_words, main_ids = main_words[keep], main_ids[keep]
-        delta_words, delta_ids = sort_items(self.delta_words, self.delta_ids)
-        words, ids = merge_sorted(main_words, main_ids, delta_words.reshape(-1), delta_ids)
-        return words.reshape(-1, 1), ids
+        return merge_items(main_words.reshape(-1, 1), main_ids, self.delta_words,
+                           self.delta_ids, threads)
 
     def get(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, words)`` of ``ids``: a delta copy wins over the main one (a re-insert)."""
