@@ -4,6 +4,8 @@
     .venv/bin/python bench/bench_scale.py --n 100000000   # 100M on request
     .venv/bin/python bench/bench_scale.py --only single,auto --threads 1
     .venv/bin/python bench/bench_scale.py --merge 2000000 --only single,auto   # a bulk add merged
+    .venv/bin/python bench/bench_scale.py --base /tmp/base_tree --only single,auto,faiss_hash
+    .venv/bin/python bench/bench_scale.py --only auto,auto_cal      # auto's calibration too
 
 Every index is built in a subprocess of its own (the same codes, regenerated from the seed), so
 its resident memory is the growth of that process's RSS from before the build to after it (the
@@ -13,7 +15,9 @@ time of ``add`` (one thread unless ``--threads``) and items per CPU second: on a
 the CPU time leaves out the time the build waited for a core, which the wall time does not. FAISS ``IndexBinaryHash(64, 64)`` and
 ``IndexBinaryMultiHash(64, 2, 32)`` are built the same way in the same run; the ratio columns
 are build speed (per CPU second) over FAISS IndexBinaryHash's. ``auto`` is built with ``calibrate_on_build=False``
-(the build itself; calibration is a separate, bounded cost of a few seconds).
+(the build itself); ``auto_cal`` with the calibration that follows a build by default, its
+seconds printed apart. ``--base DIR`` builds each of our modes of ``--only`` with another
+checkout's engine too (``base:<mode>``, through ``bench/oldtree.py``), in the same run.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ def codes(n: int, bits: int, seed: int) -> np.ndarray:
     return uniform_codes(n, bits, seed=seed)
 
 
-def build_one(kind: str, n: int, bits: int, seed: int, threads: int) -> dict:
+def build_one(kind: str, n: int, bits: int, seed: int, threads: int, base: str = "") -> dict:
     """Build one index in this process: its bytes and build time. The resident growth is
     measured from before the codes are made to after they are dropped (so what the index keeps
     of them, copy or reference, is counted once)."""
@@ -58,25 +62,48 @@ def build_one(kind: str, n: int, bits: int, seed: int, threads: int) -> dict:
         gc.collect()
         return {"index": kind, "build_s": build_s, "cpu_s": cpu_s,
                 "rss_per_item": (rss_bytes() - rss0) / n}
-    from bucketsearch.index.factory import make_index
-    options = {"calibrate_on_build": False} if kind == "auto" else {}
-    index = make_index(bits, kind, **options)
+    label = kind
+    if kind.startswith("base:"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import oldtree
+        oldtree.install(base)
+        from oldbs.index.factory import make_index
+        kind = kind.split(":", 1)[1]
+    else:
+        from bucketsearch.index.factory import make_index
+    mode = "auto" if kind == "auto_cal" else kind
+    options = {"calibrate_on_build": kind == "auto_cal"} if mode == "auto" else {}
+    index = make_index(bits, mode, **options)
     index.threads = threads
-    # compile the build's kernels on a small index first (compilation is not build time)
-    warm = make_index(bits, kind, **options)
-    warm.add(codes(5000, bits, seed + 1), np.arange(5000, dtype=np.int64))
+    # compile the build's kernels on a small index first (compilation is not build time),
+    # big enough for the parallel paths (threads > 1) to be taken
+    warm = make_index(bits, mode, **options)
+    warm.threads = threads
+    warm.add(codes(200_000, bits, seed + 1), np.arange(200_000, dtype=np.int64))
     del warm
     gc.collect()
     rss0 = rss_bytes()
     xb, ids = codes(n, bits, seed), np.arange(n, dtype=np.int64)
     t, c = time.perf_counter(), time.process_time()
+    if kind == "auto_cal":  # the calibration timed apart, then the build as a whole
+        calibrate, cal = index.calibrate, {}
+
+        def timed_calibrate(*a, **k):
+            t1, c1 = time.perf_counter(), time.process_time()
+            out = calibrate(*a, **k)
+            cal["s"], cal["cpu"] = time.perf_counter() - t1, time.process_time() - c1
+            return out
+        index.calibrate = timed_calibrate
     index.add(xb, ids)
     build_s, cpu_s = time.perf_counter() - t, time.process_time() - c
     del xb, ids
     gc.collect()
-    return {"index": kind, "build_s": build_s, "cpu_s": cpu_s,
-            "rss_per_item": (rss_bytes() - rss0) / n,
-            "memory_per_item": index.memory_bytes() / n}
+    out = {"index": label, "build_s": build_s, "cpu_s": cpu_s,
+           "rss_per_item": (rss_bytes() - rss0) / n,
+           "memory_per_item": index.memory_bytes() / n}
+    if kind == "auto_cal":
+        out["calibrate_s"], out["calibrate_cpu_s"] = cal["s"], cal["cpu"]
+    return out
 
 
 def merge_one(kind: str, n: int, bits: int, seed: int, delta: int) -> dict:
@@ -118,11 +145,13 @@ def main() -> None:
     ap.add_argument("--merge", type=int, default=0, metavar="DELTA",
                     help="instead: a live index of --n codes merges a bulk add of DELTA more "
                          "(modes of --only), beside a build of all of them from scratch")
+    ap.add_argument("--base", default="", metavar="DIR",
+                    help="also build our modes of --only with this checkout's engine")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         out = (merge_one(args.child, args.n, args.bits, args.seed, args.merge) if args.merge
-               else build_one(args.child, args.n, args.bits, args.seed, args.threads))
+               else build_one(args.child, args.n, args.bits, args.seed, args.threads, args.base))
         print(json.dumps(out))
         return
     if args.merge:
@@ -138,10 +167,14 @@ def main() -> None:
                   f"{r['build_cpu_s']:7.2f} s CPU", flush=True)
         return
     rows = []
-    for kind in args.only.split(","):
+    kinds = args.only.split(",")
+    if args.base:  # each of our modes beside the base's, in the order given
+        kinds = [k for kind in kinds
+                 for k in ([kind, f"base:{kind}"] if not kind.startswith("faiss") else [kind])]
+    for kind in kinds:
         out = subprocess.run([sys.executable, __file__, "--child", kind, "--n", str(args.n),
                               "--bits", str(args.bits), "--seed", str(args.seed),
-                              "--threads", str(args.threads)],
+                              "--threads", str(args.threads), "--base", args.base],
                              check=True, capture_output=True, text=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"  built {kind}", file=sys.stderr, flush=True)
@@ -156,6 +189,9 @@ def main() -> None:
         ratio = f"{rate / faiss_rate:.2f}" if faiss_rate else "-"
         print(f"{r['index']:<18}{mem:>18}{r['rss_per_item']:>16.1f}{r['build_s']:>8.2f}"
               f"{r['cpu_s']:>8.2f}{rate / 1e6:>12.2f}M{ratio:>14}")
+        if "calibrate_s" in r:
+            print(f"{'  of which calibration':<52}{r['calibrate_s']:>8.2f}"
+                  f"{r['calibrate_cpu_s']:>8.2f}")
 
 
 if __name__ == "__main__":

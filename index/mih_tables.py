@@ -37,13 +37,16 @@ Per-table metadata is one ``(m, T_COLUMNS)`` int64 array ``tables`` (columns ``T
 hashed tables' slots, filters and end bits concatenated in ``slots``, ``bitmap`` and ``ends``,
 the direct tables' bucket starts in ``starts``.
 
-Build (:func:`build_tables`): the positions in id order by one LSD radix sort of the ids
-(:func:`bucketsearch.index.radix.sort_pairs`; none when the ids increase with the positions,
-and then table 0, whose substring is the code's leading bits, is the items' own order), then
-per table one counting sort by substring value visiting the positions in id order when
-``2^w <= COUNTING_MAX_FACTOR * n`` (a histogram, its prefix sums, which are a direct table's
-bucket starts, and one stable scatter of the positions), else the radix sort of the
-substrings carrying the positions. Linear passes, no Python per item.
+Build (:func:`build_tables`): the positions in id order (:func:`positions_by_id`: none when
+the ids increase with the positions, and then table 0, whose substring is the code's leading
+bits, is the items' own order; one scatter when the ids are consecutive integers in any order;
+else an LSD radix sort of the ids) and the codes in that order (a build's input when its ids
+increase, else gathered once), then per table one counting sort by substring value reading
+those codes front to back when ``2^w <= COUNTING_MAX_FACTOR * n`` (a histogram, its prefix
+sums, which are a direct table's bucket starts, and one stable scatter of the positions), else
+the radix sort of the substrings carrying the positions. Linear passes, no Python per item;
+the tables are built on up to ``threads`` threads at once
+(:func:`bucketsearch.index.pool.run_lanes`).
 """
 from __future__ import annotations
 

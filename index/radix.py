@@ -1,14 +1,28 @@
-"""Least-significant-digit radix sort of ``(key, value)`` pairs: the builds' one sort.
+"""Radix sorts of ``(key, value)`` pairs: the builds' one sort, and the merge of two sorted runs.
 
-:func:`sort_pairs` orders uint64 ``keys`` with their int64 ``values`` (stable: pairs of equal keys
-keep their input order) in ``8`` passes of one byte each, after one pass that counts all eight
-byte histograms at once; a byte on which every key agrees (the high bytes of short codes, the
-bytes of dense ids) is skipped. Each pass reads the pairs once and writes them once to their
-digit's run (exclusive prefix sums of the histogram): ``O(n)`` per pass, no comparison, no
-Python per item. :func:`sort_codes_ids` sorts one-word codes by ``(code, id)``: by code alone
-when the ids already increase (stability keeps them so), else by id first then by code.
+:func:`sort_pairs` orders uint64 ``keys`` with their ``values`` (stable: pairs of equal keys
+keep their input order). One pass splits the pairs by their leading digit: the
+:data:`MSD_BITS` bits that end at the highest bit on which any two keys differ
+(:func:`msd_shift`; the bits above are the same in every key), counted (:func:`msd_histogram`)
+and scattered to their digit's run (:func:`msd_scatter`, exclusive prefix sums of the counts):
+``2^11`` runs, each written front to back. Each run is then sorted by the bits below the digit
+(:func:`sort_digit_runs`): an insertion sort up to :data:`SMALL_RUN` pairs, else the least
+significant digit radix sort, one byte a pass, after one pass that counts every byte at once
+(a byte on which the run agrees is skipped). At 10M uniform 64-bit keys a run holds ~5,000
+pairs (80 kB), so its seven passes stay in the cache and only the first pass reads and writes
+main memory: 0.30 against 0.42 CPU s for eight passes over the whole array (bench/RESULTS.md
+section 29). ``O(n)`` per pass, no comparison but in runs of at most 32, no Python per item.
+
+:func:`sort_pairs_threads` runs the same kernels on several threads: the leading digit's counts
+and scatter by chunks of the input (chunk ``t``'s pairs of a digit placed after those of the
+chunks before it, so the split stays stable), then the runs by groups of about ``n / threads``
+pairs; the result is the one-thread result, bit for bit.
+
+:func:`sort_codes_ids` sorts one-word codes by ``(code, id)``: by code alone when the ids
+already increase (stability keeps them so), else by id first then by code.
 :func:`merge_sorted` merges two such sorted runs in one pass (a live index's merge: the main
-index's items, already in that order, and the sorted delta).
+index's items, already in that order, and the sorted delta). :func:`repeated_id` checks a batch
+of ids for repeats in one pass when they increase.
 """
 from __future__ import annotations
 

@@ -157,3 +157,44 @@ def keep_first(ids, pairs):
         if not near.get(i, set()) & set(kept):
             kept.append(i)
     return np.array(kept, dtype=np.int64)
+
+
+# --- builds (index/radix.py, index/item_table.py, index/mih_tables.py) ----------------------
+def stable_sort_pairs(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Twin of :func:`bucketsearch.index.radix.sort_pairs`: numpy's stable sort."""
+    order = np.argsort(keys, kind="stable")
+    return keys[order], values[order]
+
+
+def repeated_id(ids) -> int | None:
+    """Twin of :func:`bucketsearch.index.radix.repeated_id`: the smallest id counted twice."""
+    uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+    return int(uniq[counts > 1][0]) if (counts > 1).any() else None
+
+
+def positions_by_id(ids: np.ndarray) -> np.ndarray:
+    """Twin of :func:`bucketsearch.index.mih_tables.positions_by_id` (the positions in id
+    order; the kernel returns an empty array when that is the identity)."""
+    return np.argsort(ids, kind="stable")
+
+
+def fill_slots(codes: list[int], starts: list[int], n_slots: int, fp_bits: int,
+               n_filter_words: int) -> tuple[list[int], list[int]]:
+    """Twin of :func:`bucketsearch.index.item_table._fill_slots` for one-word codes (Python
+    ints): each run start ``lo`` in order, hash ``h = code * 0x9E3779B97F4A7C15 mod 2^64``,
+    home ``((h >> 32) * M) >> 32`` and fingerprint the top ``fp_bits`` bits of that product's
+    low 32 bits, the first empty slot from home on (wrapping) gets ``(lo + 1) << fp_bits |
+    fingerprint``; the filter word ``((h >> 32) * words) >> 32`` gets bits ``(h >> 20) % 64``,
+    ``(h >> 26) % 64``, ``(h >> 32) % 64``."""
+    slots, bitmap = [0] * n_slots, [0] * n_filter_words
+    for lo in starts:
+        h = (codes[lo] * 0x9E3779B97F4A7C15) % 2**64
+        f = ((h >> 32) * n_filter_words) >> 32
+        for shift in (20, 26, 32):
+            bitmap[f] |= 1 << ((h >> shift) & 63)
+        p = (h >> 32) * n_slots
+        s, fp = p >> 32, (p & 0xFFFFFFFF) >> (32 - fp_bits)
+        while slots[s]:
+            s = (s + 1) % n_slots
+        slots[s] = ((lo + 1) << fp_bits) | fp
+    return slots, bitmap
