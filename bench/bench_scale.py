@@ -106,15 +106,24 @@ def build_one(kind: str, n: int, bits: int, seed: int, threads: int, base: str =
     return out
 
 
-def merge_one(kind: str, n: int, bits: int, seed: int, delta: int) -> dict:
+def merge_one(kind: str, n: int, bits: int, seed: int, delta: int, threads: int,
+              base: str = "") -> dict:
     """A live index (``merge_<mode>``) of ``n`` codes gets ``delta`` more (a bulk add) and
     merges them: the merge's wall and CPU time (building the new main index from the main's
     sorted items and the delta, writing its snapshot, reading it back) beside a build of the
-    same ``n + delta`` codes from scratch."""
+    same ``n + delta`` codes from scratch, on ``threads`` threads (``BUCKETSEARCH_THREADS``;
+    the merge's default); ``base:merge_<mode>``: another checkout's."""
     import tempfile
-
-    from bucketsearch.index.factory import make_index
-    from bucketsearch.index.storage.live import LiveIndex
+    os.environ["BUCKETSEARCH_THREADS"] = str(threads)
+    if kind.startswith("base:"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import oldtree
+        oldtree.install(base)
+        from oldbs.index.factory import make_index
+        from oldbs.index.storage.live import LiveIndex
+    else:
+        from bucketsearch.index.factory import make_index
+        from bucketsearch.index.storage.live import LiveIndex
     mode = kind.split("_", 1)[1]
     xb = codes(n + delta, bits, seed)
     ids = np.arange(n + delta, dtype=np.int64)
@@ -150,21 +159,27 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        out = (merge_one(args.child, args.n, args.bits, args.seed, args.merge) if args.merge
+        out = (merge_one(args.child, args.n, args.bits, args.seed, args.merge, args.threads,
+                         args.base) if args.merge
                else build_one(args.child, args.n, args.bits, args.seed, args.threads, args.base))
         print(json.dumps(out))
         return
     if args.merge:
-        print(f"n = {args.n:,} + a delta of {args.merge:,} uniform {args.bits}-bit codes")
+        print(f"n = {args.n:,} + a delta of {args.merge:,} uniform {args.bits}-bit codes, "
+              f"threads = {args.threads}, loadavg {open('/proc/loadavg').read().split()[0]}")
         for mode in args.only.split(","):
-            out = subprocess.run([sys.executable, __file__, "--child", f"merge_{mode}", "--n",
-                                  str(args.n), "--bits", str(args.bits), "--seed",
-                                  str(args.seed), "--merge", str(args.merge)],
-                                 check=True, capture_output=True, text=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{mode:<8} merge {r['merge_s']:7.2f} s wall {r['merge_cpu_s']:7.2f} s CPU; "
-                  f"build of all from scratch {r['build_s']:7.2f} s wall "
-                  f"{r['build_cpu_s']:7.2f} s CPU", flush=True)
+            for kind in [f"merge_{mode}"] + ([f"base:merge_{mode}"] if args.base else []):
+                out = subprocess.run([sys.executable, __file__, "--child", kind, "--n",
+                                      str(args.n), "--bits", str(args.bits), "--seed",
+                                      str(args.seed), "--merge", str(args.merge), "--threads",
+                                      str(args.threads), "--base", args.base],
+                                     check=True, capture_output=True, text=True)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                label = ("base " if kind.startswith("base:") else "") + mode
+                print(f"{label:<11} merge {r['merge_s']:7.2f} s wall {r['merge_cpu_s']:7.2f} s "
+                      f"CPU; "
+                      f"build of all from scratch {r['build_s']:7.2f} s wall "
+                      f"{r['build_cpu_s']:7.2f} s CPU", flush=True)
         return
     rows = []
     kinds = args.only.split(",")

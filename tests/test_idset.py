@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.index.storage.idset import BITMAP_SPAN_PER_ITEM, ROWS_SPAN_PER_ITEM, IdRows, IdSet
+from bucketsearch.index.storage.idset import (BITMAP_SPAN_PER_ITEM, ROWS_SPAN_PER_ITEM, IdRows, IdSet,
+                                              _set_bits)
 
 ids_lists = st.lists(st.integers(-2**62, 2**62), unique=True, max_size=60)
 
@@ -59,3 +60,18 @@ def test_rows_layout_by_span():
     assert sparse.order is not None and sparse.nbytes == 4000
     assert sparse.rows([0, 3, 4, 2997]).tolist() == [0, 1, -1, 999]
     assert IdRows(np.empty(0, np.int64)).rows([1]).tolist() == [-1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(offsets=st.lists(st.integers(0, 500), unique=True, max_size=80),
+       lo=st.integers(-2**40, 2**40))
+def test_set_bits_is_packbits_of_the_mask(offsets, lo):
+    """The kernel's bitmap equals the plain-numpy twin: a bool per id of the span packed
+    least significant bit first."""
+    ids = np.array(offsets, dtype=np.int64) + lo
+    span = max(offsets, default=-1) + 1
+    mask = np.zeros(span, dtype=bool)
+    mask[np.array(offsets, dtype=np.int64)] = True
+    bitmap = np.zeros((span + 7) // 8, dtype=np.uint8)
+    _set_bits(ids, np.int64(lo), bitmap)
+    assert bitmap.tolist() == np.packbits(mask, bitorder="little").tolist()

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from bucketsearch.index._jit import njit
 from bucketsearch.index.radix import id_keys, sort_ids, sort_pairs
 
-#: a bitmap when (hi - lo + 1) <= this x n: the bitmap then costs <= 1 byte an item, and the
-#: bytes of its one temporary (a bool per id of the span) no more than the sorted copy would
+
+@njit
+def _set_bits(ids, lo, bitmap):
+    """Bit ``id - lo`` of ``bitmap`` (bytes, least significant bit first: ``np.packbits(...,
+    bitorder="little")``'s layout) set for every id: one pass, no temporary (a bool per id of
+    the span and a copy of the offsets took twice as long at 4M ids)."""
+    for i in range(len(ids)):
+        k = ids[i] - lo
+        bitmap[k >> 3] |= np.uint8(1 << (k & 7))
+
+
+#: a bitmap when (hi - lo + 1) <= this x n: the bitmap then costs <= 1 byte an item
 BITMAP_SPAN_PER_ITEM = 8
 
 
@@ -36,9 +47,9 @@ class IdSet:
         lo, hi = int(ids.min()), int(ids.max())
         span = hi - lo + 1
         if span <= BITMAP_SPAN_PER_ITEM * len(ids):
-            mask = np.zeros(span, dtype=bool)
-            mask[ids - lo] = True
-            return cls(len(ids), lo, hi, np.packbits(mask, bitorder="little"), None)
+            bitmap = np.zeros((span + 7) // 8, dtype=np.uint8)
+            _set_bits(np.ascontiguousarray(ids), np.int64(lo), bitmap)
+            return cls(len(ids), lo, hi, bitmap, None)
         return cls(len(ids), lo, hi, None, sort_ids(ids))
 
     def __len__(self) -> int:
