@@ -261,3 +261,55 @@ def row_bounds(words, keys):
             else:
                 first[k] = lo
     return first, end
+
+
+@njit(inline="always")
+def _rows_equal(words, a, b):
+    for w in range(words.shape[1]):
+        if words[a, w] != words[b, w]:
+            return False
+    return True
+
+
+@njit
+def run_bounds_at(words, at):
+    """For each position of ``at``: ``(first, end)``, the run of rows equal to ``words[at[k]]``
+    in the code-sorted ``words`` (:func:`row_bounds` of those rows), by a galloping search each
+    way from the position: O(W log run) reads next to it, where a binary search of the whole
+    array reads ``2 log n`` rows at random (0.29 s of a calibration at 10M items)."""
+    n = words.shape[0]
+    first = np.empty(len(at), dtype=np.int64)
+    end = np.empty(len(at), dtype=np.int64)
+    for k in range(len(at)):
+        t = np.int64(at[k])
+        inner, outer, step = t, np.int64(-1), np.int64(1)  # the run starts in (outer, inner]
+        while t - step >= 0:
+            if not _rows_equal(words, t - step, t):
+                outer = t - step
+                break
+            inner = t - step
+            step *= 2
+        lo, hi = outer + 1, inner
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if _rows_equal(words, mid, t):
+                hi = mid
+            else:
+                lo = mid + 1
+        first[k] = lo
+        inner, outer, step = t, n, np.int64(1)  # the run ends in [inner + 1, outer]
+        while t + step < n:
+            if not _rows_equal(words, t + step, t):
+                outer = t + step
+                break
+            inner = t + step
+            step *= 2
+        lo, hi = inner + 1, outer
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if _rows_equal(words, mid, t):
+                lo = mid + 1
+            else:
+                hi = mid
+        end[k] = lo
+    return first, end

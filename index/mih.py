@@ -906,10 +906,15 @@ class MultiIndex(IndexBase):
             values = self.distinct_substrings(j)
             return values, np.ones(len(values))
         at = rng.integers(0, n, size)
-        sizes = run_sizes(self.words, self.tables.positions, j, self.tables.tables,
-                          self._word_width, at)
         values = table_values_at(self.words, self.tables.positions, j, self.tables.tables,
                                  self._word_width, at)
+        if self.tables.tables[j, T_DIRECT]:  # a bucket's size is read off its starts
+            starts = self.tables.starts[int(self.tables.tables[j, T_BASE]):]
+            v = values.astype(np.int64)
+            sizes = starts[v + 1].astype(np.int64) - starts[v]
+        else:
+            sizes = run_sizes(self.words, self.tables.positions, j, self.tables.tables,
+                              self._word_width, at)
         return values, n / (size * sizes.astype(np.float64))
 
     def table_direct(self) -> list[bool]:

@@ -68,7 +68,7 @@ from bucketsearch.index.pool import run_parts
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.scan import KNN_QUERY_BLOCK, LinearScan
 from bucketsearch.index.item_table import ItemTable
-from bucketsearch.index.kernels import row_bounds
+from bucketsearch.index.kernels import run_bounds_at
 from bucketsearch.index.table import sort_items
 
 PLAN_MODES = ("single", "mih", "scan")
@@ -132,15 +132,16 @@ def _distinct_sample(words: np.ndarray, size: int, rng) -> tuple[np.ndarray, np.
     every distinct code (weight 1) when ``words`` has at most ``size`` rows, else ``size``
     random rows, each weighted ``n / (size x its code's count)`` (Horvitz-Thompson: a code is
     drawn with probability ``count / n``, so the weighted count of codes at a distance is
-    unbiased), found by binary search: no pass over the items."""
+    unbiased), found by a galloping search from the row's position: no pass over the items."""
     n = len(words)
     if n <= size:
         new = np.ones(n, dtype=bool)
         new[1:] = np.any(words[1:] != words[:-1], axis=1)
         distinct = np.ascontiguousarray(words[new])
         return distinct, np.ones(len(distinct))
-    rows = np.ascontiguousarray(words[rng.integers(0, n, size)])
-    first, end = row_bounds(words, rows)
+    at = rng.integers(0, n, size)
+    rows = np.ascontiguousarray(words[at])
+    first, end = run_bounds_at(words, at)
     return rows, n / (size * (end - first).astype(np.float64))
 
 

@@ -223,3 +223,22 @@ def test_added_ids_checked_in_one_pass_keep_their_messages():
         index.add(np.arange(4, dtype=np.uint64), [9, 5, 7, 5])
     index.add(np.arange(3, dtype=np.uint64), [1, 3, 100])  # between the present ids: fine
     assert index.ntotal == 13
+
+
+@pytest.mark.parametrize("bits,direct", [(24, True), (64, False)])
+def test_sampled_bucket_sizes_are_the_counts(bits, direct):
+    """The profile's sampled substring buckets: a direct table's sizes read off its bucket
+    starts, a hashed table's by galloping, equal the number of items with that substring
+    (the twin: numpy counts)."""
+    from bucketsearch.index.mih import MultiIndex
+    rng = np.random.default_rng(bits)
+    codes = rng.integers(0, 2**10, 3000, dtype=np.uint64) << np.uint64(bits - 10)
+    codes |= rng.integers(0, 4, 3000, dtype=np.uint64)  # a few values in the low table too
+    index = MultiIndex(bits, substrings=2)
+    index.add(codes)
+    assert index.table_direct() == [direct, direct]
+    subs = index.substring_codes(index.words)
+    for j in range(2):
+        values, weights = index.distinct_substring_sample(j, 100, np.random.default_rng(1))
+        counts = np.array([(subs[:, j] == v).sum() for v in values])
+        assert np.allclose(weights, 3000 / (100 * counts), rtol=1e-12)

@@ -184,6 +184,24 @@ def test_row_bounds_match_a_scan(n, width, nk, seed):
         assert (first[k], end[k]) == ((equal[0], equal[-1] + 1) if equal else (below, below))
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), width=st.integers(1, 3), distinct=st.integers(1, 40),
+       seed=st.integers(0, 2**32 - 1))
+def test_run_bounds_at_a_position_match_a_scan(n, width, distinct, seed):
+    """The run of the row at a position found by galloping from it (the planner's sampled
+    bucket sizes) against a plain scan of the rows; runs of one row to all of them."""
+    from bucketsearch.index.kernels import run_bounds_at
+    from bucketsearch.index.table import sort_items
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2**64, size=(distinct, width), dtype=np.uint64, endpoint=False)
+    words, _ = sort_items(values[rng.integers(0, distinct, n)], np.arange(n, dtype=np.int64))
+    at = rng.integers(0, n, 50)
+    first, end = run_bounds_at(words, at)
+    for k, p in enumerate(at):
+        equal = np.flatnonzero((words == words[p]).all(axis=1))
+        assert (first[k], end[k]) == (equal[0], equal[-1] + 1)
+
+
 # ------------------------------------------------------------------ estimators (issue 12)
 def _query_samples(rng, nq, coef, noise=0.05, mih=True, radii_max=3, bits=32):
     """Synthetic per-query samples: per radius r < radii[q], probes C(bits, r) (mih: fewer),
