@@ -44,18 +44,6 @@ PARALLEL_MIN_PAIRS = 1 << 16  # fewer pairs: one thread (splitting costs more th
 
 
 @njit
-def _histograms(keys):
-    """``(DIGITS, RADIX)`` counts of every byte of ``keys`` (one pass)."""
-    hist = np.zeros((DIGITS, RADIX), dtype=np.int64)
-    mask = np.uint64(RADIX - 1)
-    for i in range(len(keys)):
-        k = keys[i]
-        for d in range(DIGITS):
-            hist[d, (k >> np.uint64(d * DIGIT_BITS)) & mask] += 1
-    return hist
-
-
-@njit
 def _digit_starts(hist, d, n, fill):
     """Byte ``d``'s run starts into ``fill`` (exclusive prefix sums of its histogram); False,
     and nothing written, when every key has the same byte ``d`` (the pass would move nothing)."""
@@ -245,37 +233,6 @@ def sort_pairs_threads(keys: np.ndarray, values: np.ndarray, threads: int = 1):
 
 
 @njit
-def sort_rows(keys, rows):
-    """:func:`sort_pairs` whose values are the rows of ``rows`` (``(n, P)``): ``(sorted keys,
-    rows in that order)``, stable; the inputs are not modified. Carrying the rows through the
-    passes keeps every read and write front to back, where gathering them afterwards by a
-    permutation reads at random (a stall per row on arrays larger than the caches)."""
-    n, P = rows.shape
-    hist = _histograms(keys)
-    k_in = keys.copy()
-    r_in = rows.copy()
-    k_out = np.empty_like(k_in)
-    r_out = np.empty_like(r_in)
-    mask = np.uint64(RADIX - 1)
-    fill = np.empty(RADIX, dtype=np.int64)
-    for d in range(DIGITS):
-        if not _digit_starts(hist, d, n, fill):
-            continue
-        shift = np.uint64(d * DIGIT_BITS)
-        for i in range(n):
-            k = k_in[i]
-            b = (k >> shift) & mask
-            j = fill[b]
-            k_out[j] = k
-            for c in range(P):
-                r_out[j, c] = r_in[i, c]
-            fill[b] = j + 1
-        k_in, k_out = k_out, k_in
-        r_in, r_out = r_out, r_in
-    return k_in, r_in
-
-
-@njit
 def _increasing(ids):
     for i in range(1, len(ids)):
         if ids[i] <= ids[i - 1]:
@@ -370,4 +327,4 @@ def repeated_id(ids) -> int | None:
 
 
 __all__ = ["id_keys", "increasing", "merge_sorted", "repeated_id", "sort_codes_ids", "sort_ids",
-           "sort_pairs", "sort_rows"]
+           "sort_pairs", "sort_pairs_threads"]
