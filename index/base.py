@@ -615,11 +615,13 @@ class IndexBase:
         trim_heap(self.ntotal)
 
     def remove(self, ids) -> int:
-        """Remove items by id; unknown ids are ignored. Returns the number removed."""
+        """Remove items by id; unknown ids are ignored. Returns the number removed. An engine
+        keeping (code, id) order keeps the remaining items' order (no sort)."""
         keep = ~np.isin(self.ids, np.asarray(ids, dtype=np.int64))
         removed = int((~keep).sum())
         if removed:
-            self._rebuild(self.words[keep], self.ids[keep])
+            rebuild = self._rebuild_sorted if self.sorted_by_code else self._rebuild
+            rebuild(self.words[keep], self.ids[keep])
             trim_heap(self.ntotal)
         return removed
 

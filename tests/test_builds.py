@@ -249,3 +249,22 @@ def test_sampled_bucket_sizes_are_the_counts(bits, direct):
         values, weights = index.distinct_substring_sample(j, 100, np.random.default_rng(1))
         counts = np.array([(subs[:, j] == v).sum() for v in values])
         assert np.allclose(weights, 3000 / (100 * counts), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["single", "mih", "auto"])
+def test_remove_keeps_the_order_and_equals_a_build_of_the_rest(mode):
+    """Items removed from a built index (their order kept, no sort): every array equal to a
+    build of the remaining items."""
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 2**20, 3000, dtype=np.uint64) << np.uint64(44)
+    ids = rng.permutation(3000)
+    options = {"calibrate_on_build": False} if mode == "auto" else {}
+    index = make_index(64, mode, **options)
+    index.add(codes, ids)
+    gone = ids[::7]
+    assert index.remove(np.append(gone, 10**9)) == len(gone)
+    rest = ~np.isin(ids, gone)
+    whole = make_index(64, mode, **options)
+    whole.add(codes[rest], ids[rest])
+    for name, a in _arrays(whole).items():
+        assert (_arrays(index)[name] == a).all(), name
