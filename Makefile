@@ -13,7 +13,8 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 # KERNEL_COVERAGE_MIN, a little under the figure measured (92.6-93.1%, README, Development).
 KERNEL_TESTS := tests/test_kernels.py tests/test_engine.py tests/test_mih.py tests/test_mih_small.py \
 	tests/test_planner.py tests/test_codes.py tests/test_metrics_properties.py tests/test_metrics.py \
-	tests/test_builds.py
+	tests/test_builds.py tests/test_costmodel.py::test_row_bounds_match_a_scan \
+	tests/test_costmodel.py::test_run_bounds_at_a_position_match_a_scan
 # too slow as plain Python (balls of millions of masks, the planner's timed calibration, the
 # planner's hypothesis test that builds three engines per example); `make test`'s compiled run
 # has them
