@@ -86,24 +86,10 @@ def _floor_probe(xq, entries, shift, offsets, ids):
     out = np.empty(max(nq, 16), dtype=np.int64)
     n = 0
     for qi in range(nq):
-        q = xq[qi]
-        s = (q * np.uint64(0x9E3779B97F4A7C15)) >> shift
-        while True:
-            b = entries[s, 1]
-            if b == FLOOR_EMPTY:
-                break
-            if entries[s, 0] == q:
-                lo, hi = offsets[b], offsets[b + 1]
-                if n + hi - lo > len(out):
-                    grown = np.empty(2 * (n + hi - lo), dtype=np.int64)
-                    grown[:n] = out[:n]
-                    out = grown
-                for t in range(lo, hi):
-                    out[n] = ids[t]
-                    n += 1
-                counts[qi] = hi - lo
-                break
-            s = (s + np.uint64(1)) & mask
+        b = _floor_lookup(xq[qi], entries, shift, mask)
+        if b >= 0:
+            out, n = _floor_emit(b, offsets, ids, out, n)
+            counts[qi] = offsets[b + 1] - offsets[b]
     return counts, out[:n].copy()
 
 
