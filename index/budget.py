@@ -285,6 +285,14 @@ def check_range(nq: int, radius: int, budget: Budget, guard: int, mode: str, pro
     return share
 
 
+def check_knn(nq: int, k: int, budget: Budget, work: Work) -> int:
+    """The budget check of a k-NN search of ``nq`` queries: its ``work`` (compares, memory)
+    checked, and each query's probe limit returned (its share of the request's probes; a
+    query past it switches to a scan)."""
+    work.check(budget, lambda: knn_hint(nq, k))
+    return budget.probe_share(nq)
+
+
 def range_hint(nq: int, radius: int) -> tuple[str, str]:
     """What a radius search's :class:`BudgetExceeded` names and advises."""
     return (f"codes: {nq} queries of radius {radius}",

@@ -55,14 +55,14 @@ def test_oracle_equals_brute_force(n, radius, k, seed):
     xb = words_of(max(n, 1), seed)[:n]
     ids = np.random.default_rng(seed).permutation(10 * n + 1)[:n].astype(np.int64)
     q = words_of(1, seed + 1)
-    got = exact_answer((ids, xb), q[0], max_distance=radius)
+    got = exact_answer([(ids, xb, None)], q[0], max_distance=radius)
     _, want_d, want_ids = range_search(q, xb, ids, BITS, radius)
     assert got[0].tolist() == want_ids.tolist() and got[1].tolist() == want_d.tolist()
-    got = exact_answer((ids, xb), q[0], k=k, max_distance=radius)
+    got = exact_answer([(ids, xb, None)], q[0], k=k, max_distance=radius)
     want = knn_within(q, xb, ids, BITS, k, radius)
     assert got[0].tolist() == [i for i in want[1][0] if i >= 0]
     assert got[1].tolist() == [d for d in want[0][0] if d >= 0]
-    got = exact_answer((ids, xb), q[0], k=k)  # k-NN over every item
+    got = exact_answer([(ids, xb, None)], q[0], k=k)  # k-NN over every item
     want = knn_within(q, xb, ids, BITS, k, BITS)
     assert got[0].tolist() == [i for i in want[1][0] if i >= 0]
 

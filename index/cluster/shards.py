@@ -311,10 +311,9 @@ class ShardedLive:
             self.check_radius(max_distance)
         xq = as_words(xq, self.bits)
         if budget is not None:
-            max_probes = budget.probe_share(len(xq))
             t = self._totals
-            work.knn_work_of(len(xq), k, self.bits, False, t["main_size"],
-                             t["delta_size"]).check(budget, lambda: work.knn_hint(len(xq), k))
+            max_probes = work.check_knn(len(xq), k, budget, work.knn_work_of(
+                len(xq), k, self.bits, False, t["main_size"], t["delta_size"]))
         return self._knn(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:

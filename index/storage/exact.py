@@ -41,14 +41,11 @@ def exact_answer(parts, query: np.ndarray, *, max_distance: int | None = None,
     """``(ids, distances)`` of one query over the live items, ordered by (distance, id): the
     range answer (``k`` None) or the k-NN answer (module docstring). ``parts``: segments
     ``(ids, words, dropped)`` (:meth:`~bucketsearch.index.storage.state.LiveState.item_parts`:
-    no copy of the items), an item whose id is in ``dropped`` not live; or ``(ids, words)`` of
-    the live items.
+    no copy of the items), an item whose id is in ``dropped`` (None: none) not live.
 
     Dropped ids are looked up only among the items within the cut: for k-NN the cut is the
     k-th smallest distance of the segments' histogram less the dropped items found within it,
     raised until it holds k live items (a few passes at most; none without drops)."""
-    if isinstance(parts, tuple):
-        parts = [(parts[0], parts[1], None)]
     parts = [(np.asarray(i), np.asarray(w), g) for i, w, g in parts]
     ds = [distances(w, query) for _, w, _ in parts]
     live = sum(len(i) for i, _, _ in parts) - sum(len(g) for _, _, g in parts if g is not None)

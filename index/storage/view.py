@@ -187,9 +187,8 @@ class LiveView:
             self.check_radius(max_distance)
         xq = as_words(xq, self.bits)
         if budget is not None:
-            max_probes = budget.probe_share(len(xq))
-            work.knn_work(self.state, len(xq), k, max_distance).check(
-                budget, lambda: work.knn_hint(len(xq), k))
+            max_probes = work.check_knn(len(xq), k, budget,
+                                        work.knn_work(self.state, len(xq), k, max_distance))
         return self.state.search(xq, k, max_distance, stats, max_probes)
 
     def range_estimate(self, nq: int, radius: int, cheap: bool = False) -> work.Work | None:
