@@ -193,6 +193,9 @@ def test_bad_input_raises_the_protocol_errors(handle):
         handle.add(_codes(2, 7), [100, 101, 102])
     with pytest.raises(ValueError, match="more than once"):
         handle.upsert(_codes(2, 7), [100, 100])
+    for write in (handle.add, handle.upsert):  # -1 is the padding of k-NN results
+        with pytest.raises(ValueError, match="id -1 is negative"):
+            write(_codes(2, 7), [100, -1])
     with pytest.raises(DuplicateIdError, match="id 5 already exists"):
         handle.add(_codes(2, 7), [100, 5])
     with pytest.raises(ValueError):

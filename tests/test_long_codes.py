@@ -113,3 +113,47 @@ def test_server_serves_1024_bit_codes(tmp_path):
             assert row["ids"] == nI[nl[q]:nl[q + 1]].tolist()
         r = c.post("/v1/indexes", json={"name": "too_long", "bits": 1032})
         assert r.status_code == 400 and "bits" in r.text
+
+
+@pytest.mark.parametrize("mode", ["single", "mih", "auto"])
+@pytest.mark.parametrize("bits", [72, 576, 1024])
+def test_long_codes_through_merges_deletes_and_restarts(tmp_path, mode, bits):
+    """The stored index's lifecycle at widths that are not a multiple of 64: a merged main
+    index, a delta and tombstones on top, a reopen from the snapshot (read into memory, then
+    mapped), a mode change; every step exact against brute force over the live items."""
+    from bucketsearch.index.storage.live import LiveIndex
+    xb, ids, xq = long_data(bits, 400, 12, bits)
+    ids = ids + 2  # a stored index's ids are >= 0
+    live = dict(zip(ids.tolist(), range(len(ids))))
+
+    def check(index, step):
+        keep = np.array(sorted(live.values()), dtype=np.int64)
+        radius = 2 if index.mode == "single" else max(2, bits // 64)  # single: C(Q, <= 2) probes
+        lims, D, I, _ = index.range_search(xq, radius)
+        nl, nD, nI = naive.range_search(xq, xb[keep], ids[keep], bits, radius)
+        assert (lims == nl).all() and (D == nD).all() and (I == nI).all(), step
+        D, I, _ = index.search(xq, 5)
+        nD, nI = naive.knn(xq, xb[keep], ids[keep], bits, 5)
+        assert np.array_equal(D, nD) and np.array_equal(I, nI), step
+
+    kw = dict(background_merge=False, merge_threshold=10**6)
+    index = LiveIndex(tmp_path, bits, mode, **kw)
+    index.add(xb[:300], ids[:300])
+    index.merge()
+    index.add(xb[300:], ids[300:])
+    gone = ids[::7].tolist()
+    index.delete(gone)
+    for i in gone:
+        del live[i]
+    check(index, "delta and tombstones on a merged main")
+    index.close()
+    for mmap in (False, True):
+        index = LiveIndex(tmp_path, bits, mode, mmap=mmap, **kw)
+        check(index, f"reopened (mmap={mmap})")
+        index.close()
+    index = LiveIndex(tmp_path, bits, mode, **kw)
+    index.merge()
+    check(index, "merged after the restart")
+    index.set_mode("mih" if mode != "mih" else "single")
+    check(index, "after a mode change")
+    index.close()

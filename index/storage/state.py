@@ -32,11 +32,15 @@ _EMPTY_IDS = np.empty(0, dtype=np.int64)
 MAX_ID = 2**63 - 1  # ids are int64 >= 0
 
 def write_batch(codes, ids, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(ids, words)`` of a write batch: as many ids as codes, no id twice."""
+    """``(ids, words)`` of a write batch: as many ids as codes, each in 0..:data:`MAX_ID`
+    (-1 is the padding of k-NN results), no id twice."""
     words = np.ascontiguousarray(as_words(codes, bits))
     ids = np.array(ids, dtype=np.int64).reshape(-1)
     if len(ids) != len(words):
         raise ValueError(f"ids has {len(ids)} entries but codes has {len(words)}")
+    if len(ids) and ids.min() < 0:
+        raise ValueError(f"ids: id {int(ids.min())} is negative; ids are integers from 0 to "
+                         f"{MAX_ID}")
     twice = repeated_id(ids)
     if twice is not None:
         raise ValueError(f"ids: id {twice} appears more than once in the batch")
