@@ -10,7 +10,11 @@ The old tree is imported as package ``oldbs`` (its sources with ``bucketsearch.`
 ``reps`` rounds, each timing old then new (order alternating per round), least thread CPU time
 of 3 calls per timing; reports median old, median new and the median, min and max of the
 per-round ratios new/old. ``OLD_BUILDS=1``: the old engine builds its own tables from the codes
-(for a change of the tables' layout, e.g. narrower offsets) instead of loading the new one's.
+(for a change of the tables' layout, e.g. narrower offsets) instead of loading the new one's;
+it also adds the planner's cells (``auto``: each side calibrates and plans on its own, as
+bench_mih.py's ``auto`` column). ``DATA=uniform`` (default ``clustered``: N/100 centres, bits
+flipped with probability 0.01), ``BITS=32`` (default 64) and ``MIH_RADII=0,1,...,8`` (default
+0-4) give the other cells of bench_mih.py.
 """
 import json
 import os
@@ -24,11 +28,13 @@ oldtree.install(BASE)
 
 import numpy as np  # noqa: E402
 
-from bucketsearch.index.synth import clustered_codes, queries_near  # noqa: E402
+from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes  # noqa: E402
 from bucketsearch.index.mih import MultiIndex as NewMIH  # noqa: E402
+from bucketsearch.index.planner import AutoIndex as NewAuto  # noqa: E402
 from bucketsearch.index.probe import HammingIndex as NewSingle  # noqa: E402
 from bucketsearch.index.scan import LinearScan as NewScan  # noqa: E402
 from oldbs.index.mih import MultiIndex as OldMIH  # noqa: E402
+from oldbs.index.planner import AutoIndex as OldAuto  # noqa: E402
 from oldbs.index.probe import HammingIndex as OldSingle  # noqa: E402
 from oldbs.index.scan import LinearScan as OldScan  # noqa: E402
 
@@ -49,18 +55,27 @@ def best(fn, inner):
 def main():
     n = int(os.environ.get("N", 1_000_000))
     reps = int(os.environ.get("REPS", 7))
-    bits = 64
-    xb = clustered_codes(n, bits, n // 100, 0.01, seed=1)
+    bits = int(os.environ.get("BITS", 64))
+    data = os.environ.get("DATA", "clustered")
+    if data not in ("clustered", "uniform"):
+        raise SystemExit(f"DATA must be clustered or uniform, got {data!r}")
+    mih_radii = [int(r) for r in os.environ.get("MIH_RADII", "0,1,2,3,4").split(",")]
+    old_builds = bool(os.environ.get("OLD_BUILDS"))
+    print(f"{data} {n:,} codes of {bits} bits; old engines "
+          f"{'built from the codes' if old_builds else 'loaded from the new snapshots'}")
+    xb = (uniform_codes(n, bits, seed=1) if data == "uniform"
+          else clustered_codes(n, bits, n // 100, 0.01, seed=1))
     ids = np.arange(n, dtype=np.int64)
     xq_all = queries_near(xb, 2000, bits, flips=1, seed=7)
     # both engines over the very same arrays (the old one loaded from the new one's snapshot;
     # the formats did not change), MIH sharing one visit-stamp pool: only the code differs
     idx = {}
-    for name, cls in (("single", (OldSingle, NewSingle)), ("mih", (OldMIH, NewMIH)),
-                      ("scan", (OldScan, NewScan))):
+    engines = [("single", (OldSingle, NewSingle)), ("mih", (OldMIH, NewMIH)),
+               ("scan", (OldScan, NewScan))] + [("auto", (OldAuto, NewAuto))] * old_builds
+    for name, cls in engines:
         ix = cls[1](bits)
         ix.add(xb, ids)
-        if os.environ.get("OLD_BUILDS"):  # layouts differ: each engine builds its own
+        if old_builds:  # layouts differ: each engine builds its own
             old = cls[0](bits)
             old.add(xb, ids)
         else:
@@ -74,11 +89,15 @@ def main():
     cells = []
     for r, nq in ((0, 2000), (1, 2000), (2, 400), (3, 40), (4, 4)):
         cells.append((f"single r={r}", "single", nq, lambda ix, xq, r=r: ix.range_search(xq, r)))
-    for r in range(5):
-        cells.append((f"mih r={r}", "mih", 1000, lambda ix, xq, r=r: ix.range_search(xq, r)))
+    for r in mih_radii:
+        cells.append((f"mih r={r}", "mih", 1000 if r < 5 else 100,
+                      lambda ix, xq, r=r: ix.range_search(xq, r)))
+        if old_builds:
+            cells.append((f"auto r={r}", "auto", 1000 if r < 5 else 100,
+                          lambda ix, xq, r=r: ix.range_search(xq, r)))
     for r in (0, 2, 4):
         cells.append((f"scan r={r}", "scan", 10, lambda ix, xq, r=r: ix.range_search(xq, r)))
-    for name, nq in (("single", 500), ("mih", 500), ("scan", 10)):
+    for name, nq in (("single", 500), ("mih", 500), ("scan", 10)) + (("auto", 500),) * old_builds:
         cells.append((f"{name} k-NN k=10", name, nq, lambda ix, xq: ix.search(xq, 10)))
     cells.append(("single r=2 stats", "single", 400,
                   lambda ix, xq: ix.range_search(xq, 2, stats=True)))

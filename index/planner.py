@@ -106,10 +106,19 @@ DEFAULT_SCAN_KNN = (0.1, 0.2, 100.0)
 KNN_MIH_BUDGET_SHARE = 1 / 8
 #: the work budget of the multi-index try that precedes a k-NN scan, as a share of its cost
 KNN_MIH_TRY_SHARE = 1 / 16
+#: the k-NN stop radius's distribution (AutoIndex.knn_radius_weights) drops a tail this small
+KNN_TAIL = 1e-4
 #: a query is given up only once its modeled work (probes, candidates) passes this share of
 #: its budget too (the model underestimates far queries' time 2-5x; a preempted near query
 #: has its time inflated, not its work)
 KNN_MIH_MIN_WORK_SHARE = 1 / 8
+
+
+def _trimmed(within: np.ndarray, n: int) -> np.ndarray:
+    """``within`` (queries x radii, cumulative counts) without the radii past the first at
+    which every query counts all ``n`` items (a reader takes the last column beyond it)."""
+    full = np.flatnonzero((within >= n - 0.5).all(axis=0))
+    return np.round(within[:, :full[0] + 1 if len(full) else within.shape[1]], 3)
 
 
 @njit
@@ -373,6 +382,7 @@ class AutoIndex(IndexBase):
         n = self.ntotal
         q = self.bits
         self.items_d = np.array([n * math.comb(q, d) / 2 ** q for d in range(q + 1)])
+        self.items_within_q = np.cumsum(self.items_d)[None, :]
         self.codes_d = np.minimum(self.items_d, [math.comb(q, d) for d in range(q + 1)])
         self.sub_items, self.sub_codes = [], []
         for w in self.mih.sub_widths:
@@ -385,8 +395,9 @@ class AutoIndex(IndexBase):
         """Expected per-distance counts for queries like ``xq`` (see the module docstring)."""
         rng = np.random.default_rng(self.seed)
         data, scale = _sample_rows(self.mih.words, PROFILE_SAMPLE, rng)
-        self.items_d = _distance_histograms(xq, data, np.full(len(data), scale),
-                                            self.bits).mean(axis=0)
+        per_query = _distance_histograms(xq, data, np.full(len(data), scale), self.bits)
+        self.items_d = per_query.mean(axis=0)
+        self.items_within_q = np.cumsum(per_query, axis=1)
         codes, weights = _distinct_sample(self.mih.words, PROFILE_SAMPLE, rng)
         self.codes_d = _distance_histograms(xq, codes, weights, self.bits).mean(axis=0)
         qsubs = self.mih.substring_codes(xq)
@@ -522,21 +533,33 @@ class AutoIndex(IndexBase):
     def _fit_knn(self, xq) -> tuple[float, float]:
         """``(ns per probe, ns per candidate)`` of multi-index k-NN: :data:`DEFAULT_KNN_COEF`
         scaled by ``t / sum(f)``, ``t`` the thread CPU time of a k = :data:`KNN_CALIBRATION_K`
-        search of the calibration queries (best of 3; CPU time, not
-        the kernel's wall clock, which a loaded machine inflates) and ``f`` their cost under the
-        default coefficients (one factor: probes and candidates grow together, a two-term fit
-        of them is ill-conditioned), on the first :data:`KNN_CALIBRATION_QUERIES` queries.
+        search of :data:`KNN_CALIBRATION_QUERIES` calibration queries and ``f`` their cost
+        under the default coefficients (one factor: probes and candidates grow together, a
+        two-term fit of them is ill-conditioned); the least of two such scales, each timed on
+        queries not searched before (CPU time, not the kernel's wall clock, which a loaded
+        machine inflates). A query's buckets are in the caches once searched: a repeat of the
+        same queries took half the time, and the fit was 2x under the measured costs.
         Queries that switched to a scan are left out."""
         k = min(KNN_CALIBRATION_K, self.ntotal)
-        xq = xq[:KNN_CALIBRATION_QUERIES]
-        st = self.mih.search(xq, k, stats=True)[2]
-        keep = st.scanned_from < 0
         a, b = DEFAULT_KNN_COEF
-        f = float((a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1))[keep].sum())
-        if f == 0:
+        scales = []
+        for part in (xq[:KNN_CALIBRATION_QUERIES],
+                     xq[KNN_CALIBRATION_QUERIES:2 * KNN_CALIBRATION_QUERIES]):
+            if len(part) == 0:
+                continue
+            t = time.thread_time_ns()
+            self.mih.search(part, k)
+            t = time.thread_time_ns() - t
+            st = self.mih.search(part, k, stats=True)[2]
+            keep = st.scanned_from < 0
+            if not keep.all():  # the kept queries timed again (warm: the best available)
+                t = _best_thread_ns(lambda: self.mih.search(part[keep], k), 1) if keep.any() else 0
+            f = float((a * st.probes.sum(axis=1) + b * st.candidates.sum(axis=1))[keep].sum())
+            if f > 0 and t > 0:
+                scales.append(t / f)
+        if not scales:
             return DEFAULT_KNN_COEF
-        scale = _best_thread_ns(lambda: self.mih.search(xq[keep], k), repeats=3) / f
-        return a * scale, b * scale
+        return a * min(scales), b * min(scales)
 
     def knn_predicted(self, R: int) -> float:
         """Predicted ns of a multi-index k-NN query that stops at radius step ``R``: the mih
@@ -554,6 +577,33 @@ class AutoIndex(IndexBase):
         cum = np.cumsum(self.items_d)
         hit = np.flatnonzero(cum >= need - 1e-9)
         return int(hit[0]) if len(hit) else self.bits
+
+    def knn_radius_weights(self, k: int, max_distance: int | None = None) -> list:
+        """``[(R, P(D = R))]``: the distribution of the radius D a k-NN search stops at (the
+        k-th neighbour's distance, at most ``max_distance``), over queries like the profile's:
+        the items within R of the profile's query q taken as Poisson with its sampled mean
+        ``items_within_q[q, R]``, ``P(D <= R) = mean_q P(Poisson >= min(k, N))``; a tail under
+        :data:`KNN_TAIL` goes to the last radius kept. A k-NN search's cost grows steeply
+        with R, and the stop radius differs from query to query (clustered data): the expected
+        cost is the weighted sum, not the cost at the mean radius (3x under the measured mean
+        of 32-bit codes; the single table chosen at 70 us a query for the multi-index's 2-4 us
+        on clustered codes)."""
+        from scipy.special import pdtr  # Poisson CDF, vectorised
+        need = min(k, self.ntotal)
+        last = self.bits if max_distance is None else min(max_distance, self.bits)
+        within = self.items_within_q
+        weights, below = [], 0.0
+        for R in range(last + 1):
+            at_most = 1.0 if R == last or need == 0 else float(
+                np.mean(1.0 - pdtr(need - 1, within[:, min(R, within.shape[1] - 1)])))
+            if at_most >= 1.0 - KNN_TAIL:
+                at_most = 1.0
+            if at_most > below:
+                weights.append((R, at_most - below))
+                below = at_most
+            if below >= 1.0:
+                break
+        return weights
 
     def _features(self, mode: str, R: int) -> dict:
         """Expected per-radius features of a radius-R search by ``mode`` (from the profile)."""
@@ -608,11 +658,16 @@ class AutoIndex(IndexBase):
         R = max_distance if k is None else self.knn_radius(k) if max_distance is None \
             else min(self.knn_radius(k), max_distance)
         predicted = self.predict(R)
-        if k is not None:
+        if k is not None:  # expected costs over the stop radius (knn_radius_weights)
+            weights = self.knn_radius_weights(k, max_distance)
+            at = {r: self.predict(r) for r, _ in weights}
+            predicted["single"] = (None if any(at[r]["single"] is None for r, _ in weights)
+                                   else sum(p * at[r]["single"] for r, p in weights))
             predicted["scan"] = self.scan_knn_predicted(k, nq)
             # mih k-NN of one-word codes (index.mih_knn) has its own costs; longer codes
             # switch to a scan past the probe budget, never fail
-            predicted["mih"] = (self.knn_predicted(R) if self.mih.knn_incremental()
+            predicted["mih"] = (sum(p * self.knn_predicted(r) for r, p in weights)
+                                if self.mih.knn_incremental()
                                 else predicted["mih"] or predicted["scan"])
         work = dict(predicted)
         predicted = {m: None if v is None else v + self.call_ns[m] / max(nq, 1)
@@ -721,6 +776,7 @@ class AutoIndex(IndexBase):
             return None
         return {"machine": machine_fingerprint(), "ntotal": self.ntotal,
                 "items_d": np.asarray(self.items_d).tolist(),
+                "items_within_q": _trimmed(self.items_within_q, self.ntotal).tolist(),
                 "codes_d": np.asarray(self.codes_d).tolist(),
                 "sub_items": [np.asarray(a).tolist() for a in self.sub_items],
                 "sub_codes": [np.asarray(a).tolist() for a in self.sub_codes],
@@ -741,6 +797,8 @@ class AutoIndex(IndexBase):
                 or state.get("ntotal") != self.ntotal or "scan_knn" not in state:
             return False  # (a state without scan_knn timed the k-NN scan before it was blocked)
         self.items_d, self.codes_d = np.array(state["items_d"]), np.array(state["codes_d"])
+        self.items_within_q = np.array(state.get("items_within_q")
+                                       or [np.cumsum(self.items_d).tolist()])  # (older states)
         self.sub_items = [np.array(a) for a in state["sub_items"]]
         self.sub_codes = [np.array(a) for a in state["sub_codes"]]
         self.models = {m: ExtendedModel(**{**d, "terms": tuple(d["terms"])})

@@ -1,4 +1,6 @@
 """The planner (mode "auto"): exact whatever it chooses, never an over-limit single table."""
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -341,3 +343,56 @@ def test_a_cached_plan_goes_to_its_engine_exactly(mode, bits):
         index.range_search(xq, -1)
     with pytest.raises(ValueError, match="max_distance"):
         index.range_search(xq, bits + 1)
+
+
+def _stop_radius_twin(within, k, n, last):
+    """P(D <= R) of the k-NN stop radius, R = 0..last: per query the Poisson tail
+    P(X >= min(k, n)) summed term by term, averaged over the queries; 1 at ``last``."""
+    need = min(k, n)
+    out = []
+    for R in range(last + 1):
+        tails = []
+        for lam in within[:, min(R, within.shape[1] - 1)]:
+            cdf = sum(math.exp(-lam) * lam ** i / math.factorial(i) for i in range(need))
+            tails.append(1.0 - cdf if need else 1.0)
+        out.append(1.0 if R == last else float(np.mean(tails)))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 40), st.lists(st.lists(st.floats(0, 30), min_size=9, max_size=9),
+                                    min_size=1, max_size=5),
+       st.one_of(st.none(), st.integers(0, 8)))
+def test_knn_stop_radius_distribution_matches_its_twin(k, per_distance, max_distance):
+    """The k-NN stop radius's distribution (the plan's expected k-NN costs weigh each radius
+    by it): a mixture over the profile's queries of Poisson tails, against a term-by-term
+    twin; its weights sum to 1 and stop at max_distance."""
+    index = AutoIndex(8)
+    index.add(np.arange(200, dtype=np.uint64).reshape(-1, 1) % 256)
+    index.items_within_q = np.cumsum(np.array(per_distance), axis=1)
+    weights = index.knn_radius_weights(k, max_distance)
+    assert sum(p for _, p in weights) == pytest.approx(1.0)
+    last = 8 if max_distance is None else max_distance
+    assert all(0 <= r <= last and p > 0 for r, p in weights)
+    twin = _stop_radius_twin(index.items_within_q, k, index.ntotal, last)
+    cum = np.cumsum([dict(weights).get(r, 0.0) for r in range(last + 1)])
+    for R in range(last + 1):  # (a tail under KNN_TAIL is moved to the last radius kept)
+        assert cum[R] == pytest.approx(twin[R], abs=2e-4) or (
+            cum[R] == pytest.approx(1.0) and twin[R] >= 1 - 2e-4)
+
+
+def test_knn_plan_weighs_every_stop_radius():
+    """Queries whose k-th neighbour is at radius 1 for some and 3 for others: the single
+    table's expected k-NN cost is the mixture, above its cost at the mean profile's radius."""
+    index = AutoIndex(16, calibrate_on_build=False)
+    index.add(np.arange(5000, dtype=np.uint64).reshape(-1, 1))
+    near = np.array([0, 20, 20, 20] + [20] * 13, dtype=float)  # 20 items within radius 1
+    far = np.array([0, 0, 0, 20] + [20] * 13, dtype=float)  # 20 items at radius 3 only
+    index.items_within_q = np.stack([np.cumsum(near), np.cumsum(far)])
+    weights = dict(index.knn_radius_weights(10))  # (Poisson(20) reaches 10: 0.995)
+    assert weights[1] == pytest.approx(0.5, abs=0.01) and weights[3] == pytest.approx(0.5, abs=0.01)
+    plan = index.plan(k=10)
+    expected = sum(p * index.predict(r)["single"] for r, p in weights.items())
+    assert plan["predicted_ns"]["single"] == pytest.approx(
+        expected + index.call_ns["single"], rel=1e-6)
+    assert expected > index.predict(index.knn_radius(10))["single"]
