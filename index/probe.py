@@ -46,7 +46,7 @@ class _Binding(NamedTuple):
     a table with another's arguments: the arguments of :func:`_range_word0_kernel` and
     :func:`_range_word_kernel` after the head (both the table's :meth:`ItemTable.lookup_args`
     and its ids), those of :func:`_range_word_small` after the buffers (the same; none unless
-    the codes have 64 bits), and the kernels' compiled entries for those arguments
+    the codes have one word), and the kernels' compiled entries for those arguments
     (:func:`bucketsearch.index.base.run_resumable`)."""
 
     table: ItemTable
@@ -582,12 +582,16 @@ class HammingIndex(IndexBase):
     @max_probes.setter
     def max_probes(self, value: int) -> None:
         """The limit, and with it the largest radius of the short way of :meth:`range_search`
-        (64-bit codes; -1: none)."""
+        (-1: none; codes of one word: radius 0, and for 64-bit codes every radius within the
+        limit: :func:`_range_word_small` flips 64 bits)."""
         self._max_probes = int(value)
-        r = -1
+        r = -1 if self.bits > 64 else 0
         while self.bits == 64 and r < self.bits and self.probe_count(r + 1) <= self._max_probes:
             r += 1
         self._short_radius = r
+        # range_search's own short way takes the queries unchecked: whole words only (a
+        # query of narrower codes is checked for bits above them first, then _run takes it)
+        self._unchecked_radius = r if self.bits == 64 else -1
 
     @property
     def table(self) -> ItemTable:
@@ -597,7 +601,7 @@ class HammingIndex(IndexBase):
     def table(self, table: ItemTable) -> None:
         """The table and its :class:`_Binding`."""
         args = (*table.lookup_args(), table.ids)
-        self._bound = _Binding(table, args, args if self.bits == 64 else (), {})
+        self._bound = _Binding(table, args, args if self.bits <= 64 else (), {})
         self._short = None  # (the compiled entries of _range_word_small, its arguments, and
         #                      of _range_word0_short: _range_short)
 
@@ -659,7 +663,7 @@ class HammingIndex(IndexBase):
                 and queries.dtype is WORD_DTYPE and type(max_distance) is int):
             shape = queries.shape
             if (len(shape) == 2 and shape[1] == 1 and queries.strides == _ROW_STRIDES
-                    and 0 <= max_distance <= self._short_radius
+                    and 0 <= max_distance <= self._unchecked_radius
                     and (shape[0] < PARALLEL_MIN_QUERIES or self.threads == 1)):
                 # _range_short's lines, here: a call less (~0.1 us of ~2)
                 short = self._short
