@@ -80,6 +80,10 @@ SCAN_CALIBRATION_QUERIES = 4
 #: items of the k-NN scan's batch calibration (its per-item compute cost)
 SCAN_KNN_CALIBRATION_ITEMS = 1 << 20
 SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most this many
+#: items a one-query k-NN scan's stream from memory is timed over: 128 MB of 64-bit codes, 4x
+#: this machine's last-level cache (timed over 4M items, 32 MB, the best of three runs found
+#: them cached, and a 20M scan took up to 1.7x its prediction)
+SCAN_STREAM_ITEMS = 1 << 24
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
 CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
 
@@ -443,7 +447,7 @@ class AutoIndex(IndexBase):
                     jobs[(mode, r)] = (index, xq, r)
             # a scan's cost is linear in the items: timed on a prefix of them (a restart of a
             # 100M index timed three passes over all of them per query)
-            scan, scanned = self._calibration_scan()
+            scan, scanned = self._prefix_scan(SCAN_CALIBRATION_ITEMS)
             jobs[("scan", 0)] = (scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
             measured_stats = _interleaved_min_stats(jobs, CALIBRATION_REPEATS)
             for mode in ("single", "mih"):
@@ -477,7 +481,7 @@ class AutoIndex(IndexBase):
             summary["mih_knn"] = {"ns_per_probe": self.knn_coef[0],
                                   "ns_per_candidate": self.knn_coef[1]}
             # a k-NN scan keeps a top-k (the radius-0 scan above does not): timed apart
-            self.scan_knn = self._fit_scan_knn(scan, scanned, xq)
+            self.scan_knn = self._fit_scan_knn(xq)
             summary["scan"]["knn"] = dict(zip(("ns_per_item", "ns_per_item_pass",
                                                "ns_per_kept"), self.scan_knn))
         finally:
@@ -486,25 +490,23 @@ class AutoIndex(IndexBase):
         self.calibration = summary
         return summary
 
-    def _fit_scan_knn(self, scan: LinearScan, scanned: int, xq) -> tuple[float, float, float]:
+    def _fit_scan_knn(self, xq) -> tuple[float, float, float]:
         """``(c, s, e)`` of the k-NN scan's cost (the module docstring): ``c`` from the
         calibration queries (a batch of up to :data:`KNN_QUERY_BLOCK`, sharing each pass) with
         k = 1 over the first :data:`SCAN_KNN_CALIBRATION_ITEMS` items (a compute cost: cached
         or not, the same per item), ``e`` from the same with k = :data:`KNN_CALIBRATION_K`
-        (``+ e k (1 + ln(N / k))`` per query), ``s`` from one query with k = 1 over the
-        ``scanned`` items of the calibration scan (``c + s`` per item: the stream from
-        memory); each the best thread CPU time of :data:`CALIBRATION_REPEATS` runs, every
-        coefficient kept >= 0."""
+        (``+ e k (1 + ln(N / k))`` per query), ``s`` from one query with k = 1 over the first
+        :data:`SCAN_STREAM_ITEMS` items (``c + s`` per item: the stream from memory); each
+        the best thread CPU time of :data:`CALIBRATION_REPEATS` runs, every coefficient kept
+        >= 0."""
         batch = xq[:KNN_QUERY_BLOCK]
         q = len(batch)
-        m = min(scanned, SCAN_KNN_CALIBRATION_ITEMS)
-        part = LinearScan(self.bits)
-        part.threads = 1
-        part.share(scan.words[:m], scan.ids[:m])
+        part, m = self._prefix_scan(SCAN_KNN_CALIBRATION_ITEMS)
         shared = _best_thread_ns(lambda: part.search(batch, 1)) / q / m
         k = min(KNN_CALIBRATION_K, m)
         with_k = _best_thread_ns(lambda: part.search(batch, k)) / q
-        one = _best_thread_ns(lambda: scan.search(xq[:1], 1)) / scanned
+        stream, streamed = self._prefix_scan(SCAN_STREAM_ITEMS)
+        one = _best_thread_ns(lambda: stream.search(xq[:1], 1)) / streamed
         e = max(with_k - shared * m, 0.0) / (k * (1 + math.log(m / k)))
         return (shared, max(one - shared, 0.0), e)
 
@@ -519,10 +521,10 @@ class AutoIndex(IndexBase):
         kk = max(1, min(k, n))
         return n * (c + s / q) + e * kk * (1 + math.log(n / kk))
 
-    def _calibration_scan(self) -> tuple[LinearScan, int]:
-        """The scan the calibration times and its item count: the index's own, or one over
-        the first :data:`SCAN_CALIBRATION_ITEMS` of its items (shared, not copied)."""
-        m = min(self.ntotal, SCAN_CALIBRATION_ITEMS)
+    def _prefix_scan(self, items: int) -> tuple[LinearScan, int]:
+        """A scan the calibration times and its item count: the index's own, or one over
+        the first ``items`` of its items (shared, not copied)."""
+        m = min(self.ntotal, items)
         if m == self.ntotal:
             return self.scan, m
         part = LinearScan(self.bits)

@@ -265,8 +265,10 @@ def test_scan_calibrated_on_a_prefix_of_the_items(monkeypatch):
     words = clustered_codes(5_000, 64, seed=3)
     index = AutoIndex(64, calibration_queries=16)
     index.add(words, np.arange(len(words)))
-    part, m = index._calibration_scan()
+    part, m = index._prefix_scan(planner.SCAN_CALIBRATION_ITEMS)
     assert m == 1_000 and part is not index.scan and part.words.base is not None
+    whole, n = index._prefix_scan(planner.SCAN_STREAM_ITEMS)  # (the stream: every item here)
+    assert n == len(words) and whole is index.scan
     summary = index.calibrate()
     assert 0 < summary["scan"]["ns_per_item"] < 1e4
     knn = summary["scan"]["knn"]  # (c, s, e) of the blocked k-NN scan
