@@ -84,8 +84,10 @@ TABLE_ARRAYS = SubstringTables.ARRAYS
 #: and per clock read with statistics (their mean time).
 CLOCK_GROUP = 32
 #: Candidates per lookup whose position, code and id are prefetched after a block's lookups
-#: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save)
-PREFETCH_ITEMS = 2
+#: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save),
+#: with no branch (a fixed count); the ids only of a bucket of more (a query's results are then
+#: mostly among its candidates). The rest of a bucket is prefetched one query ahead.
+PREFETCH_ITEMS = 1
 #: A radius >= 1 query of the exact kernel with at most this many candidates writes its results
 #: in one run, ordered by insertion; more go to sub-runs merged by id (:func:`_merge_sub_runs`)
 SMALL_QUERY = 16
@@ -424,11 +426,13 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
 
 
 @njit(inline="always")
-def _insertion_sort_pairs(out_d, out_i, lo, hi):
-    """``out[lo:hi]`` ordered by (distance, id) by insertion (a query of a few results)."""
-    for a in range(lo + 1, hi):
+def _insertion_sort_pairs(out_d, out_i, lo, hi, ids):
+    """``out[lo:hi]`` of (distance, position) pairs made (distance, id) pairs, ordered by
+    (distance, id) by insertion (a query of a few results): each position ``p`` becomes
+    ``ids[p]`` as it is inserted."""
+    for a in range(lo, hi):
         d = out_d[a]
-        v = out_i[a]
+        v = ids[out_i[a]]
         c = a - 1
         while c >= lo and (out_d[c] > d or (out_d[c] == d and out_i[c] > v)):
             out_d[c + 1] = out_d[c]
@@ -508,6 +512,21 @@ def _merge_sub_runs(out_d, out_i, o, width, sub_lo, sub_end, tmp):
     return o
 
 
+@njit
+def _small_ids(out_d, out_i, ids, lims, spans, width, g_start, g_end):
+    """The results of the block's queries ``g_start:g_end`` of at most :data:`SMALL_QUERY`
+    candidates (``spans`` as :func:`_mih_exact_kernel`'s), written as positions: their ids
+    (prefetched as each was found) in (distance, id) order (:func:`_insertion_sort_pairs`)."""
+    for qi in range(g_start, g_end):
+        c0 = 2 * (qi - g_start) * width
+        size = 0
+        for c in range(c0, c0 + 2 * width, 2):
+            size += spans[c + 1] - spans[c]
+        if size > SMALL_QUERY:
+            continue
+        _insertion_sort_pairs(out_d, out_i, lims[qi], lims[qi + 1], ids)
+
+
 @njit(inline="always")
 def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
     """The statistics of the queries ``g0:g1`` of one clock group that
@@ -557,10 +576,17 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     buffer's free room past the query's results), and :func:`_merge_sub_runs` merges them
     into (distance, id) order (a merge of the runs by id then a counting sort by distance
     measured 1.3x slower at radius 2 on clustered codes: it moved each result five times);
-    a query of at most :data:`SMALL_QUERY` candidates writes one run, ordered by insertion.
+    a query of at most :data:`SMALL_QUERY` candidates writes one run of its results'
+    positions, whose ids are read (prefetched as each was found) and ordered by insertion at
+    the end of the block (:func:`_small_ids`, also before a return mid-block): a sparse code's
+    candidates are mostly not results, and their ids are not brought in.
     While a query's candidates are verified, the next query's codes and ids are prefetched
     (their positions read): at 10M clustered codes, radius 2 took 2.3x the old layout's
-    time without, 1.0x with (bench/RESULTS.md section 30).
+    time without, 1.0x with (bench/RESULTS.md section 30). A lookup prefetches its bucket's
+    first position as soon as its bounds are read, unless it is empty (no separate pass over
+    the lookups). Uniform 1M, radius 1-2, against the kernel before these three changes over
+    the same arrays: 0.80-0.84x the time in batches of 10,000 queries, the same within 6% in
+    batches of 1,000 whose candidates stay in the caches between calls (RESULTS 34).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
@@ -652,6 +678,11 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 c = 2 * ((qi - g_start) * width + j)
                 spans[c] = j * n + lo
                 spans[c + 1] = j * n + hi
+                if width > 1:  # the bucket's first positions on their way (pass 1b reads
+                    # them): issued as soon as the bounds arrive, with no loop of its own;
+                    # an empty bucket's goes to position 0 (a select, not a branch on the
+                    # load: the line after an empty bucket was a line fetched for nothing)
+                    prefetch(positions, j * n + lo if hi > lo else 0)
         if width == 1:
             # radius 0: table 0's bucket lo:hi is the rows lo:hi; the query's own code is a
             # run of them (ids ascending), found in code order
@@ -685,18 +716,18 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group,
                                              tick_ns)
             continue
-        # pass 1b: the block's first candidates brought into the caches, their positions then
-        # their codes and ids (loads that depend on one another, issued for every lookup of
-        # the block before any is waited for)
+        # pass 1b: the block's first candidates' codes and ids brought into the caches, through
+        # their positions (prefetched by pass 1; loads that depend on one another, issued for
+        # every lookup of the block before any is waited for)
         n_spans = 2 * (g_end - g_start) * width
         for c in range(0, n_spans, 2):
-            for t in range(spans[c], min(spans[c + 1], spans[c] + PREFETCH_ITEMS)):
-                prefetch(positions, t)
-        for c in range(0, n_spans, 2):
-            for t in range(spans[c], min(spans[c + 1], spans[c] + PREFETCH_ITEMS)):
-                p = positions[t]
+            lo = spans[c]
+            hi = spans[c + 1]
+            big = hi - lo > PREFETCH_ITEMS
+            for k in range(PREFETCH_ITEMS):  # no branch: past the bucket, position 0
+                p = np.int64(positions[lo + k if lo + k < hi else 0])
                 prefetch(words, p)
-                prefetch(ids, p)
+                prefetch(ids, p if big else 0)
         # pass 2: the candidates of each query, each result into its sub-run (table, distance),
         # or, for a query of at most SMALL_QUERY candidates, into one run (sorted after)
         for qi in range(g_start, g_end):
@@ -711,12 +742,13 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
             if room > cap:
                 if stats is not None:
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                _small_ids(out_d, out_i, ids, lims, spans, width, g_start, qi)
                 return qi, n_out, -1, 0
             at = n_out + size
-            if qi + 1 < g_end:  # the next query's candidates on their way into the caches
-                for c in range(2 * (qi + 1 - g_start) * width, 2 * (qi + 2 - g_start) * width,
-                               2):
-                    for t in range(spans[c], spans[c + 1]):
+            if qi + 1 < g_end:  # the next query's other candidates on their way
+                c0 = 2 * (qi + 1 - g_start) * width
+                for c in range(c0, c0 + 2 * width, 2):  # past the ones pass 1b fetched
+                    for t in range(spans[c] + PREFETCH_ITEMS, spans[c + 1]):
                         p = positions[t]
                         prefetch(words, p)
                         prefetch(ids, p)
@@ -751,7 +783,11 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                     d = popcount64(diff)
                     if d <= R:
                         k = 0 if small else j * width + d
-                        out_i[sub_end[k]] = ids[p]
+                        if small:  # its position: the id is read after the block
+                            out_i[sub_end[0]] = p
+                            prefetch(ids, p)
+                        else:
+                            out_i[sub_end[k]] = ids[p]
                         out_d[sub_end[k]] = d  # (a sub-run's distance: scratch)
                         sub_end[k] += 1
                         found += 1
@@ -763,13 +799,14 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
             if n_out + found > max_results:
                 if stats is not None:
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                _small_ids(out_d, out_i, ids, lims, spans, width, g_start, qi)
                 return qi, n_out, max_results + 1, 0
             if small:
-                _insertion_sort_pairs(out_d, out_i, n_out, n_out + found)
                 n_out += found
             elif found:
                 n_out = _merge_sub_runs(out_d, out_i, n_out, width, sub_lo, sub_end, at)
             lims[qi + 1] = n_out
+        _small_ids(out_d, out_i, ids, lims, spans, width, g_start, g_end)
         if stats is not None:
             t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group, tick_ns)
     return nq, n_out, -1, 0

@@ -154,15 +154,18 @@ def test_merge_sub_runs_matches_lexsort(data, width):
 @settings(max_examples=80, deadline=None)
 @given(n=st.integers(0, 40), lo=st.integers(0, 3), data=st.data())
 def test_insertion_sort_pairs_matches_lexsort(n, lo, data):
-    """A few results in any order: (distance, id) order, the entries before ``lo`` and after
-    ``lo + n`` untouched."""
+    """A few results in any order, as positions into ``ids``: (distance, id) order, the
+    entries before ``lo`` and after ``lo + n`` untouched."""
     d = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n + lo + 2,
                                     max_size=n + lo + 2)), dtype=np.int32)
     i = np.array(data.draw(st.lists(st.integers(-5, 10**6), min_size=n + lo + 2,
                                     max_size=n + lo + 2)), dtype=np.int64)
-    want = naive_order(d[lo:lo + n], i[lo:lo + n])
+    ids = np.array(data.draw(st.permutations(range(10**6, 10**6 + 60))), dtype=np.int64)
+    i[lo:lo + n] = np.array(data.draw(st.lists(st.integers(0, 59), min_size=n, max_size=n)),
+                            dtype=np.int64)
+    want = naive_order(d[lo:lo + n], ids[i[lo:lo + n]])
     before_d, before_i = d.copy(), i.copy()
-    _insertion_sort_pairs(d, i, lo, lo + n)
+    _insertion_sort_pairs(d, i, lo, lo + n, ids)
     assert (d[lo:lo + n] == want[0]).all() and (i[lo:lo + n] == want[1]).all()
     for a, b in ((d, before_d), (i, before_i)):
         assert (a[:lo] == b[:lo]).all() and (a[lo + n:] == b[lo + n:]).all()
@@ -251,6 +254,39 @@ def test_many_results_per_query_with_statistics_and_buffer_growth(R):
     lims, D, I, st_ = index.range_search(xq, R, stats=True)
     _same((lims, D, I), expected)
     _check_stats(st_, xq, xb, bits, m, R, lims, D)
+
+
+@pytest.mark.parametrize("R", [1, 2])
+def test_small_queries_before_a_full_buffer_get_their_ids(R):
+    """A query of at most SMALL_QUERY candidates writes positions, turned into ids at the end
+    of its block or before the kernel returns mid-block: small queries (ids not in position
+    order) before, between and after queries that fill the output buffer, with and without
+    statistics."""
+    bits, m = 24, 3
+    rng = np.random.default_rng(10 + R)
+    base = np.uint64(0xABCDEF)
+    crowd = np.full((5000, 1), base, dtype=np.uint64)
+    crowd[::2, 0] ^= np.uint64(1) << rng.integers(0, bits, 2500).astype(np.uint64)
+    sparse = rng.integers(0, 1 << bits, (200, 1), dtype=np.uint64)
+    xb = np.concatenate([sparse, crowd])
+    ids = rng.permutation(10**6)[:len(xb)].astype(np.int64)
+    near = sparse[:40] ^ (np.uint64(1) << rng.integers(0, bits, (40, 1)).astype(np.uint64))
+    xq = np.concatenate([near[:10], [[base]], near[10:20], [[base ^ np.uint64(1)]],
+                         near[20:40]]).astype(np.uint64)
+    index = MultiIndex(bits, substrings=m)
+    index.add(xb, ids)
+    index.threads = 1
+    expected = naive.range_search(xq, xb, ids, bits, R)
+    sizes = np.diff(expected[0])
+    assert sizes[10] > 4096 and 0 < sizes[:10].sum() and sizes[:10].max() <= SMALL_QUERY
+    _same(index.range_search(xq, R), expected)
+    lims, D, I, st_ = index.range_search(xq, R, stats=True)
+    _same((lims, D, I), expected)
+    _check_stats(st_, xq, xb, bits, m, R, lims, D)
+    total = int(expected[0][-1])
+    _same(index.range_search(xq, R, max_results=total), expected)
+    with pytest.raises(ResultLimitError):
+        index.range_search(xq, R, max_results=total - 1)
 
 
 def test_result_cap_with_statistics():
