@@ -14,7 +14,11 @@ per-round ratios new/old. ``OLD_BUILDS=1``: the old engine builds its own tables
 it also adds the planner's cells (``auto``: each side calibrates and plans on its own, as
 bench_mih.py's ``auto`` column). ``DATA=uniform`` (default ``clustered``: N/100 centres, bits
 flipped with probability 0.01), ``BITS=32`` (default 64) and ``MIH_RADII=0,1,...,8`` (default
-0-4) give the other cells of bench_mih.py.
+0-4) give the other cells of bench_mih.py. ``MIH_NQ`` sets the batch of the ``mih`` and
+``auto`` range cells below radius 5 (default 1,000): 10,000 makes a batch's candidates spill
+out of the caches between calls (bench/RESULTS.md section 34). Without ``OLD_BUILDS`` both
+engines read the very same arrays; two separate builds of identical code measured 1.06-1.07
+apart on uniform codes here, by where their arrays landed (section 34).
 """
 import json
 import os
@@ -66,7 +70,8 @@ def main():
     xb = (uniform_codes(n, bits, seed=1) if data == "uniform"
           else clustered_codes(n, bits, n // 100, 0.01, seed=1))
     ids = np.arange(n, dtype=np.int64)
-    xq_all = queries_near(xb, 2000, bits, flips=1, seed=7)
+    mih_nq = int(os.environ.get("MIH_NQ", 1000))
+    xq_all = queries_near(xb, max(2000, mih_nq), bits, flips=1, seed=7)
     # both engines over the very same arrays (the old one loaded from the new one's snapshot;
     # the formats did not change), MIH sharing one visit-stamp pool: only the code differs
     idx = {}
@@ -90,10 +95,10 @@ def main():
     for r, nq in ((0, 2000), (1, 2000), (2, 400), (3, 40), (4, 4)):
         cells.append((f"single r={r}", "single", nq, lambda ix, xq, r=r: ix.range_search(xq, r)))
     for r in mih_radii:
-        cells.append((f"mih r={r}", "mih", 1000 if r < 5 else 100,
+        cells.append((f"mih r={r}", "mih", mih_nq if r < 5 else 100,
                       lambda ix, xq, r=r: ix.range_search(xq, r)))
         if old_builds:
-            cells.append((f"auto r={r}", "auto", 1000 if r < 5 else 100,
+            cells.append((f"auto r={r}", "auto", mih_nq if r < 5 else 100,
                           lambda ix, xq, r=r: ix.range_search(xq, r)))
     for r in (0, 2, 4):
         cells.append((f"scan r={r}", "scan", 10, lambda ix, xq, r=r: ix.range_search(xq, r)))
