@@ -719,7 +719,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
         # pass 1b: the block's first candidates' codes and ids brought into the caches, through
         # their positions (prefetched by pass 1; loads that depend on one another, issued for
         # every lookup of the block before any is waited for)
-        n_spans = 2 * (g_end - g_start) * width
+        n_spans = 2 * (g_end - g_start) * width if n > 0 else 0  # (reads position 0)
         for c in range(0, n_spans, 2):
             lo = spans[c]
             hi = spans[c + 1]
