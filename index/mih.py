@@ -585,8 +585,9 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     time without, 1.0x with (bench/RESULTS.md section 30). A lookup prefetches its bucket's
     first position as soon as its bounds are read, unless it is empty (no separate pass over
     the lookups). Uniform 1M, radius 1-2, against the kernel before these three changes over
-    the same arrays: 0.80-0.84x the time in batches of 10,000 queries, the same within 6% in
-    batches of 1,000 whose candidates stay in the caches between calls (RESULTS 34).
+    the same arrays: 0.80-0.84x the time in batches of 10,000 queries on a quiet machine
+    (0.92-1.08 with the memory saturated by other processes), the same within 6% in batches
+    of 1,000 whose candidates stay in the caches between calls (RESULTS 34).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
