@@ -377,28 +377,11 @@ class SubstringTables:
         return sum(a.nbytes for a in self.arrays().values())
 
 
-def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_dtype,
-                 fp_bits) -> tuple:
-    """Table ``j``: its positions into ``out`` and its lookup, ``(distinct, starts)`` of a
-    direct table or ``(distinct, slots, bitmap)`` of a hashed one (module docstring)."""
-    n = words.shape[0]
-    pdt = out.dtype
-    w = int(tables[j, T_WIDTH])
-    counts = None
-    if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
-        out[:] = np.arange(n, dtype=pdt)
-        keys = _all_substrings(words, j, tables, word_width)
-        nd = _run_count(keys)
-    elif (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32:
-        counts = np.zeros((1 << w) + 1, dtype=pdt)
-        nd = _counting_sort(id_words, j, tables, word_width, counts, out, by_id)
-        keys = None
-    else:
-        keys, order = sort_pairs(_all_substrings(id_words, j, tables, word_width),
-                                 by_id if len(by_id) else np.arange(n, dtype=pdt))
-        out[:] = order
-        del order
-        nd = _run_count(keys)
+def _lookup_of(w: int, nd: int, counts, keys, n: int, pdt, slot_dtype, fp_bits) -> tuple:
+    """A table's lookup from its ``nd`` distinct values and either the bucket starts by value
+    ``counts`` (``2^w + 1``) or the substring values in table order ``keys`` (the other
+    None): ``(nd, starts)`` when direct (:func:`is_direct`), else ``(nd, slots, bitmap,
+    ends)`` filled in ascending value order (so the same slots from either input)."""
     if is_direct(w, nd):
         if counts is None:
             counts = np.zeros((1 << w) + 1, dtype=pdt)
@@ -413,6 +396,75 @@ def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_d
     else:
         _fill_from_starts(counts, slots, fp_bits, bitmap, ends)
     return nd, slots, bitmap, ends
+
+
+def _counts_fit(w: int, n: int) -> bool:
+    """A table of ``w``-bit substrings over ``n`` items is sorted by counting (its bucket
+    starts by value kept while it is built): ``2^w <= COUNTING_MAX_FACTOR * n``."""
+    return (1 << w) <= COUNTING_MAX_FACTOR * max(n, 1) and w <= 32
+
+
+def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_dtype,
+                 fp_bits) -> tuple:
+    """Table ``j``: its positions into ``out`` and its lookup, ``(distinct, starts)`` of a
+    direct table or ``(distinct, slots, bitmap, ends)`` of a hashed one (module docstring)."""
+    n = words.shape[0]
+    pdt = out.dtype
+    w = int(tables[j, T_WIDTH])
+    counts = None
+    if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
+        out[:] = np.arange(n, dtype=pdt)
+        keys = _all_substrings(words, j, tables, word_width)
+        nd = _run_count(keys)
+    elif _counts_fit(w, n):
+        counts = np.zeros((1 << w) + 1, dtype=pdt)
+        nd = _counting_sort(id_words, j, tables, word_width, counts, out, by_id)
+        keys = None
+    else:
+        keys, order = sort_pairs(_all_substrings(id_words, j, tables, word_width),
+                                 by_id if len(by_id) else np.arange(n, dtype=pdt))
+        out[:] = order
+        del order
+        nd = _run_count(keys)
+    return _lookup_of(w, nd, counts, keys, n, pdt, slot_dtype, fp_bits)
+
+
+def _assemble(built: list, tables: np.ndarray, positions: np.ndarray, pdt, slot_dtype,
+              fp_bits) -> SubstringTables:
+    """:class:`SubstringTables` of the per-table parts of :func:`_lookup_of`: the direct
+    tables' starts, the hashed tables' slots, filters and end bits concatenated in table
+    order, their offsets into ``tables``."""
+    starts_parts, slot_parts, bitmap_parts, ends_parts, distinct = [], [], [], [], []
+    n_starts = n_slots = n_bitmap = 0
+    for j, part in enumerate(built):
+        distinct.append(part[0])
+        if len(part) == 2:
+            tables[j, T_DIRECT] = 1
+            tables[j, T_BASE] = n_starts
+            starts_parts.append(part[1])
+            n_starts += len(part[1])
+            continue
+        slots, bitmap = part[1], part[2]
+        ends_parts.append(part[3])
+        tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)
+        tables[j, T_BITMAP], tables[j, T_BITMAP_WORDS] = n_bitmap, len(bitmap)
+        tables[j, T_FP_BITS] = fp_bits
+        slot_parts.append(slots)
+        bitmap_parts.append(bitmap)
+        n_slots += len(slots)
+        n_bitmap += len(bitmap)
+    built.clear()
+    starts = (np.concatenate(starts_parts) if len(starts_parts) > 1
+              else starts_parts[0] if starts_parts else np.zeros(1, pdt))
+    slots = (np.concatenate(slot_parts) if len(slot_parts) > 1
+             else slot_parts[0] if slot_parts else np.zeros(1, slot_dtype))
+    bitmap = (np.concatenate(bitmap_parts) if len(bitmap_parts) > 1
+              else bitmap_parts[0] if bitmap_parts else np.zeros(1, np.uint64))
+    ends = (np.concatenate(ends_parts) if len(ends_parts) > 1
+            else ends_parts[0] if ends_parts else np.zeros(0, np.uint64))
+    if len(ends) == 0:
+        ends = np.zeros(1, np.uint64)
+    return SubstringTables(positions, starts, slots, bitmap, tables, ends, distinct)
 
 
 def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.ndarray,
@@ -439,37 +491,179 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
                                positions[j * n:(j + 1) * n], slot_dtype, fp_bits)
                        for j in range(m)], threads)
     del id_words, by_id
-    starts_parts, slot_parts, bitmap_parts, ends_parts, distinct = [], [], [], [], []
-    n_starts = n_slots = n_bitmap = 0
-    for j, part in enumerate(built):
-        distinct.append(part[0])
-        if len(part) == 2:
-            tables[j, T_DIRECT] = 1
-            tables[j, T_BASE] = n_starts
-            starts_parts.append(part[1])
-            n_starts += len(part[1])
+    return _assemble(built, tables, positions, pdt, slot_dtype, fp_bits)
+
+
+# ----------------------------------------------------------------------- merge
+@njit
+def _remap_kernel(old_ids, dropped, ids, remap, delta_rows):
+    """One pass over the merged items ``ids`` and the old items ``old_ids`` (both in (code,
+    id) order; the old ones kept appear in the merged ones in the same order, the others are
+    new): ``remap[p]`` = the merged row of old item ``p`` (``len(ids)`` when ``dropped[p]``),
+    ``delta_rows`` = the merged rows of the new items, ascending. False when the merged items
+    do not hold the kept old ones in order (nothing to reuse)."""
+    n0, n = len(old_ids), len(ids)
+    sentinel = n
+    p = 0
+    k = 0
+    for r in range(n):
+        while p < n0 and dropped[p]:
+            remap[p] = sentinel
+            p += 1
+        if p < n0 and ids[r] == old_ids[p]:
+            remap[p] = r
+            p += 1
+        else:
+            if k == len(delta_rows):
+                return False
+            delta_rows[k] = r
+            k += 1
+    while p < n0:
+        if not dropped[p]:
+            return False
+        remap[p] = sentinel
+        p += 1
+    return k == len(delta_rows)
+
+
+def merge_remap(old_ids: np.ndarray, dropped: np.ndarray, ids: np.ndarray):
+    """``(remap, delta_rows)`` of :func:`_remap_kernel` (the position dtype of the merged
+    items: ``len(ids)`` marks a dropped item), or None when ``ids`` do not hold the kept old
+    items in their order."""
+    n = len(ids)
+    d = n - (len(old_ids) - int(np.count_nonzero(dropped)))
+    if d < 0:
+        return None
+    pdt = position_dtype(n + 1)
+    remap = np.empty(len(old_ids), dtype=pdt)
+    delta_rows = np.empty(d, dtype=pdt)
+    if not _remap_kernel(np.ascontiguousarray(old_ids, np.int64), dropped, ids, remap,
+                         delta_rows):
+        return None
+    return remap, delta_rows
+
+
+@njit
+def _merge_table(j, tables, old_positions, old_starts, old_words, remap, delta_rows,
+                 delta_keys, ids, word_width, out, counts, keys_out):
+    """Table ``j`` of the merged items into ``out``: a linear merge of the old table's
+    positions ``old_positions`` (in (substring, id) order; each mapped to its merged row by
+    ``remap``, dropped ones, ``remap == len(ids)``, skipped) with the new items' rows
+    ``delta_rows`` sorted by (substring ``delta_keys``, id); ids are compared only between
+    equal substrings. An old item's substring is its bucket's value when the old table is
+    direct (``old_starts``, its ``2^w + 1`` starts), else read from ``old_words``. Each
+    emitted item's substring goes into the histogram ``counts`` (``counts[s + 1] += 1``;
+    when given) or ``keys_out`` (table order)."""
+    n0, d, n = len(old_positions), len(delta_rows), len(ids)
+    direct_old = len(old_starts) > 0
+    by_count = len(counts) > 0
+    o = 0
+    b = 0
+    v = 0
+    for t in range(n0):
+        p = np.int64(old_positions[t])
+        if direct_old:
+            while np.int64(old_starts[v + 1]) <= t:
+                v += 1
+        r = np.int64(remap[p])
+        if r == n:
             continue
-        slots, bitmap = part[1], part[2]
-        ends_parts.append(part[3])
-        tables[j, T_BASE], tables[j, T_SLOTS] = n_slots, len(slots)
-        tables[j, T_BITMAP], tables[j, T_BITMAP_WORDS] = n_bitmap, len(bitmap)
-        tables[j, T_FP_BITS] = fp_bits
-        slot_parts.append(slots)
-        bitmap_parts.append(bitmap)
-        n_slots += len(slots)
-        n_bitmap += len(bitmap)
-    del built
-    starts = (np.concatenate(starts_parts) if len(starts_parts) > 1
-              else starts_parts[0] if starts_parts else np.zeros(1, pdt))
-    slots = (np.concatenate(slot_parts) if len(slot_parts) > 1
-             else slot_parts[0] if slot_parts else np.zeros(1, slot_dtype))
-    bitmap = (np.concatenate(bitmap_parts) if len(bitmap_parts) > 1
-              else bitmap_parts[0] if bitmap_parts else np.zeros(1, np.uint64))
-    ends = (np.concatenate(ends_parts) if len(ends_parts) > 1
-            else ends_parts[0] if ends_parts else np.zeros(0, np.uint64))
-    if len(ends) == 0:
-        ends = np.zeros(1, np.uint64)
-    return SubstringTables(positions, starts, slots, bitmap, tables, ends, distinct)
+        if direct_old:
+            key = np.uint64(v)
+        else:
+            key = item_substring(old_words, p, j, tables, word_width)
+        while b < d:
+            dk = delta_keys[b]
+            if dk > key or (dk == key and ids[np.int64(delta_rows[b])] > ids[r]):
+                break
+            out[o] = delta_rows[b]
+            if by_count:
+                counts[dk + np.uint64(1)] += 1
+            else:
+                keys_out[o] = dk
+            o += 1
+            b += 1
+        out[o] = r
+        if by_count:
+            counts[key + np.uint64(1)] += 1
+        else:
+            keys_out[o] = key
+        o += 1
+    while b < d:
+        dk = delta_keys[b]
+        out[o] = delta_rows[b]
+        if by_count:
+            counts[dk + np.uint64(1)] += 1
+        else:
+            keys_out[o] = dk
+        o += 1
+        b += 1
+    return o
+
+
+def _merged_table(j: int, tables, old: SubstringTables, old_words, remap, delta_rows,
+                  delta_words, ids, word_width, out, slot_dtype, fp_bits) -> tuple:
+    """Table ``j`` of the merged items by :func:`_merge_table` (the new items' substrings
+    sorted here: ``delta_rows`` are in id order, ``delta_words`` their codes, so a stable
+    sort by substring gives (substring, id)), then its lookup (:func:`_lookup_of`): the
+    same as :func:`_build_table` of the merged items, bit for bit."""
+    n, pdt = len(ids), out.dtype
+    w = int(tables[j, T_WIDTH])
+    dkeys = _all_substrings(delta_words, j, tables, word_width)
+    drows = delta_rows
+    if len(dkeys) > 1:
+        dkeys, drows = sort_pairs(dkeys, delta_rows)
+    n0 = old_words.shape[0]
+    old_positions = old.positions[j * n0:(j + 1) * n0]
+    if old.tables[j, T_DIRECT]:
+        base = int(old.tables[j, T_BASE])
+        old_starts = old.starts[base:base + (1 << w) + 1]
+    else:
+        old_starts = np.zeros(0, dtype=pdt)
+    by_count = _counts_fit(w, n)
+    counts = np.zeros((1 << w) + 1 if by_count else 0, dtype=pdt)
+    keys = np.empty(0 if by_count else n, dtype=np.uint64)
+    filled = _merge_table(j, tables, old_positions, old_starts, old_words, remap, drows,
+                          dkeys, ids, word_width, out, counts, keys)
+    if filled != n:
+        raise AssertionError(f"table {j}: the merge placed {filled} of {n} items")
+    del dkeys, drows
+    if by_count:
+        nd = int(np.count_nonzero(counts[1:]))
+        np.cumsum(counts, out=counts)
+        return _lookup_of(w, nd, counts, None, n, pdt, slot_dtype, fp_bits)
+    return _lookup_of(w, _run_count(keys), None, keys, n, pdt, slot_dtype, fp_bits)
+
+
+def merge_tables(bits: int, words: np.ndarray, ids: np.ndarray, old: SubstringTables,
+                 old_words: np.ndarray, remap: np.ndarray, delta_rows: np.ndarray,
+                 sub_starts: np.ndarray, sub_widths: np.ndarray, word_width: np.ndarray,
+                 threads: int = 1) -> SubstringTables:
+    """The tables of the merged items ``words`` / ``ids`` ((code, id) order) from the old
+    items' tables ``old`` (over ``old_words``, the same substrings) without sorting them
+    again: :func:`merge_remap`'s ``remap`` maps an old position to its merged row and
+    ``delta_rows`` are the new items' rows; per table the new items are sorted (a radix
+    sort of ``len(delta_rows)`` substrings) and merged with the old table's run in one pass
+    (:func:`_merge_table`), then the lookup filled from the merged keys. Bit for bit the
+    tables :func:`build_tables` makes of the merged items."""
+    n = words.shape[0]
+    m = len(sub_widths)
+    tables = table_rows(bits, sub_starts, sub_widths)
+    pdt = position_dtype(n)
+    positions = np.empty(m * n, dtype=pdt)
+    delta_rows = np.ascontiguousarray(delta_rows, dtype=pdt)
+    by_id = positions_by_id(ids[delta_rows], pdt)
+    if len(by_id):
+        delta_rows = delta_rows[by_id]
+    del by_id
+    delta_words = _gather_rows(words, delta_rows)
+    slot_dtype, fp_bits = slot_layout(n)
+    built = run_lanes([partial(_merged_table, j, tables, old, old_words, remap, delta_rows,
+                               delta_words, ids, word_width, positions[j * n:(j + 1) * n],
+                               slot_dtype, fp_bits)
+                       for j in range(m)], threads)
+    del delta_words, delta_rows
+    return _assemble(built, tables, positions, pdt, slot_dtype, fp_bits)
 
 
 @njit

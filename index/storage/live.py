@@ -48,6 +48,7 @@ from bucketsearch.index.storage.dedup import (DEDUP_RANGE_CAP, DEFAULT_REPORT, D
                                               dedup_batch, dedup_neighbours)
 from bucketsearch.index.storage.dedup import decide as dedup_decide
 from bucketsearch.index.storage.layout import LEGACY_SNAPSHOT_META as SNAPSHOT_META
+from bucketsearch.index.storage.merging import build_main
 from bucketsearch.index.storage.recovery import (Config, CorruptIndexError, Recovery, load_main,
                                                  new_main, recover)
 from bucketsearch.index.storage.state import (MAX_ID, DuplicateIdError, LiveState, apply_one,
@@ -90,6 +91,10 @@ class LiveIndex(LiveReads, Follower):
         self.read_only = read_only
         self.background_merge = background_merge
         self.mmap = mmap
+        #: a merge reuses the main index's order where that pays
+        #: (:mod:`~bucketsearch.index.storage.merging`; False: always rebuilt, the baseline of
+        #: bench/bench_merge.py)
+        self.reuse_order = True
         self._write_lock = threading.Lock()
         self._merge_lock = threading.Lock()
         self._merging = False
@@ -310,10 +315,13 @@ class LiveIndex(LiveReads, Follower):
             try:
                 t = time.perf_counter()
                 fresh = new_main(self._config(), mode, substrings)
-                # the main's order kept, the delta merged
-                words, ids = frozen.sorted_items(fresh.build_threads)
+                # the main's order kept, the delta merged; its tables too where that pays
+                # (ids checked when written)
+                dropped = frozen.main_dropped()
+                words, ids = frozen.sorted_items(fresh.build_threads, dropped)
                 if len(ids):
-                    fresh.build(words, ids, presorted=True)  # ids checked when written
+                    build_main(fresh, frozen.main, words, ids, dropped, self.reuse_order)
+                del dropped
                 merges = self.merges + 1  # kept in the snapshot: a restart reads it back
                 snap_dir = self._write_snapshot(fresh, through, mode, substrings,
                                                 frozen.id_high, merges)

@@ -108,11 +108,20 @@ class LiveState:
         return (np.concatenate([i for i, _ in parts]),
                 np.concatenate([w for _, w in parts]))
 
-    def sorted_items(self, threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    def main_dropped(self) -> np.ndarray:
+        """Which of the main index's rows are tombstoned (bool, one per row)."""
+        main = self.main
+        if not main.ntotal or not len(self.tombstones):
+            return np.zeros(main.ntotal, dtype=bool)
+        return np.isin(np.asarray(main.ids, dtype=np.int64), self.tombstones)
+
+    def sorted_items(self, threads: int = 1,
+                     dropped: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(words, ids)`` of every live item sorted by (code, id). A main index that keeps
         that order (:attr:`IndexBase.sorted_by_code`) of one-word codes is not sorted again:
         its items (tombstones dropped, order kept) and the sorted delta are merged in one
-        pass (:func:`bucketsearch.index.table.merge_items`)."""
+        pass (:func:`bucketsearch.index.table.merge_items`). ``dropped``:
+        :meth:`main_dropped`, if the caller has it."""
         main = self.main
         if not main.ntotal or not main.sorted_by_code or n_words(self.bits) != 1:
             ids, words = self.items()
@@ -120,7 +129,7 @@ class LiveState:
         main_words = np.asarray(main.words).reshape(-1)
         main_ids = np.asarray(main.ids, dtype=np.int64)
         if len(self.tombstones):
-            keep = ~np.isin(main_ids, self.tombstones)
+            keep = ~(self.main_dropped() if dropped is None else dropped)
             main_words, main_ids = main_words[keep], main_ids[keep]
         return merge_items(main_words.reshape(-1, 1), main_ids, self.delta_words,
                            self.delta_ids, threads)

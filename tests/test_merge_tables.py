@@ -1,0 +1,179 @@
+"""Merges that reuse the main index's order (issue 28, items 2 and 4): the substring tables
+merged from the old ones (:func:`bucketsearch.index.mih_tables.merge_tables`) are the tables a
+build from scratch makes of the merged items, array by array (hypothesis: deletes and upserts,
+direct and hashed tables, m = 1..4, 64- and 128-bit codes); the remap against its twin; and a
+live index's merge by either path writes the same snapshot."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketsearch.index import mih_tables
+from bucketsearch.index.codes import unpack_words, word_widths
+from bucketsearch.index.disk.store import load_arrays
+from bucketsearch.index.mih import substring_ranges
+from bucketsearch.index.storage import merging
+from bucketsearch.index.storage.live import LiveIndex
+from bucketsearch.index.table import merge_items, sort_items
+from tests import naive
+
+
+def _codes(rng, n: int, bits: int, spread: int) -> np.ndarray:
+    """``(n, W)`` codes whose words take ``2^spread`` values at most (few distinct
+    substrings: hashed tables of many items per value; spread 64: mostly distinct)."""
+    W = (bits + 63) // 64
+    top = min(spread, 64)
+    words = rng.integers(0, 2**top - 1, (n, W), dtype=np.uint64, endpoint=True)
+    if bits < 64:
+        words &= np.uint64((1 << bits) - 1)
+    return words
+
+
+def remap_twin(old_ids, dropped, ids):
+    """Twin of :func:`mih_tables.merge_remap`: each kept old id's row among ``ids`` (a
+    dictionary), ``len(ids)`` for a dropped one; the other rows ascending."""
+    row = {int(i): r for r, i in enumerate(ids)}
+    remap = np.array([len(ids) if dropped[p] else row[int(i)] for p, i in enumerate(old_ids)],
+                     dtype=np.int64)
+    kept = set(remap[~dropped].tolist())
+    return remap, np.array([r for r in range(len(ids)) if r not in kept], dtype=np.int64)
+
+
+@st.composite
+def merges(draw):
+    """An old index's items, some dropped (deletes; an upsert drops the old copy and brings
+    its id back with a new code) and new ones, of 40, 64 or 128 bits in m = 1..4 tables."""
+    bits = draw(st.sampled_from([40, 64, 128]))
+    m = draw(st.integers(2 if bits == 128 else 1, 4))
+    n0, d = draw(st.integers(0, 400)), draw(st.integers(0, 400))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    spread = draw(st.sampled_from([2, 8, 20, 64]))
+    old_ids = rng.permutation(3 * (n0 + d) + 5)[:n0].astype(np.int64)
+    dropped = rng.random(n0) < draw(st.sampled_from([0.0, 0.05, 0.5, 1.0]))
+    upserts = old_ids[dropped][:draw(st.integers(0, 50))]
+    free = np.setdiff1d(np.arange(3 * (n0 + d) + 5), old_ids)
+    new_ids = np.concatenate([upserts, rng.permutation(free)[:d]]).astype(np.int64)
+    if draw(st.booleans()):  # a delta added in id order
+        new_ids = np.sort(new_ids)
+    return (bits, m, _codes(rng, n0, bits, spread), old_ids, dropped,
+            _codes(rng, len(new_ids), bits, spread), new_ids)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=merges(), threads=st.integers(1, 3))
+def test_merged_tables_are_the_tables_built_from_scratch(case, threads):
+    """Every array (positions, starts, slots, filters, end bits, table rows) and the distinct
+    counts of the merged tables equal a build's of the merged items; the positions are the
+    (substring, id) order (twin: lexsort)."""
+    bits, m, old_codes, old_ids, dropped, new_codes, new_ids = case
+    ww = np.array(word_widths(bits), dtype=np.int64)
+    starts, widths = substring_ranges(bits, m)
+    old_words, old_sorted_ids = sort_items(old_codes, old_ids)
+    dropped_rows = np.isin(old_sorted_ids, old_ids[dropped])  # rows of the sorted items
+    old = mih_tables.build_tables(bits, old_words, old_sorted_ids, starts, widths, ww)
+    keep = ~dropped_rows
+    if bits <= 64:
+        words, ids = merge_items(old_words[keep], old_sorted_ids[keep], new_codes, new_ids)
+    else:
+        words, ids = sort_items(np.concatenate([old_words[keep], new_codes]),
+                                np.concatenate([old_sorted_ids[keep], new_ids]))
+    mapped = mih_tables.merge_remap(old_sorted_ids, dropped_rows, ids)
+    assert mapped is not None
+    twin = remap_twin(old_sorted_ids, dropped_rows, ids)
+    assert (mapped[0] == twin[0]).all() and (mapped[1] == twin[1]).all()
+    got = mih_tables.merge_tables(bits, words, ids, old, old_words, *mapped, starts, widths,
+                                  ww, threads)
+    want = mih_tables.build_tables(bits, words, ids, starts, widths, ww)
+    assert got.distinct == want.distinct
+    for name, a in want.arrays().items():
+        b = got.arrays()[name]
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert (a == b).all(), name
+    n = len(ids)
+    unpacked = unpack_words(words, bits) if n else np.zeros((0, bits), np.uint8)
+    for j in range(m):
+        s, w = int(starts[j]), int(widths[j])
+        subs = [int("".join(map(str, row[s:s + w])), 2) for row in unpacked]
+        want_pos = sorted(range(n), key=lambda p: (subs[p], ids[p]))
+        assert got.positions[j * n:(j + 1) * n].tolist() == want_pos
+
+
+def test_the_remap_refuses_items_that_are_not_a_merge():
+    """Merged ids that drop a kept old item, or hold it out of order: None (rebuild)."""
+    old = np.array([5, 3, 9], dtype=np.int64)
+    keep_all = np.zeros(3, dtype=bool)
+    assert mih_tables.merge_remap(old, keep_all, np.array([5, 9, 7])) is None
+    assert mih_tables.merge_remap(old, keep_all, np.array([3, 5, 9])) is None
+    remap, rows = mih_tables.merge_remap(old, np.array([False, True, False]),
+                                         np.array([1, 5, 9, 3]))
+    assert remap.tolist() == [1, 4, 2] and rows.tolist() == [0, 3]
+
+
+def _snapshot_arrays(live: LiveIndex) -> dict:
+    snap = max(p for p in live.directory.iterdir() if p.name.startswith("snap-"))
+    return load_arrays(snap)[2]
+
+
+@pytest.mark.parametrize("mode,bits,m", [("mih", 64, None), ("auto", 64, None),
+                                         ("mih", 128, 5)])
+def test_a_live_merge_reusing_the_order_writes_the_snapshot_a_rebuild_writes(tmp_path, mode,
+                                                                             bits, m):
+    """Two live indexes given the same writes (adds, deletes, upserts over three merges), one
+    merging by the old tables, one rebuilding: the same snapshot arrays, every merge; the
+    reusing one really reused (the tables were not built again); searches exact against a
+    scan of the live items after a reopen."""
+    rng = np.random.default_rng(1)
+    reuse = LiveIndex(tmp_path / "reuse", bits, mode, m, merge_threshold=10**9,
+                      background_merge=False)
+    rebuild = LiveIndex(tmp_path / "rebuild", bits, mode, m, merge_threshold=10**9,
+                        background_merge=False)
+    rebuild.reuse_order = False
+    calls = []
+    real = merging.merge_tables
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(merging, "merge_tables", lambda *a: calls.append(1) or real(*a))
+        live_ids: set[int] = set()
+        next_id = 0
+        for step, n in enumerate((2000, 300, 200)):  # 64 bits: m = 6 throughout
+            codes = _codes(rng, n, bits, 64 if step % 2 else 20)
+            ids = np.arange(next_id, next_id + n)
+            next_id += n
+            for index in (reuse, rebuild):
+                index.add(codes, ids)
+            live_ids |= set(ids.tolist())
+            if step:
+                gone = rng.choice(sorted(live_ids), 60, replace=False)
+                up = rng.choice(sorted(live_ids - set(gone.tolist())), 40, replace=False)
+                up_codes = _codes(rng, len(up), bits, 64)
+                for index in (reuse, rebuild):
+                    index.delete(gone)
+                    index.upsert(up_codes, up)
+                live_ids -= set(gone.tolist())
+            assert reuse.merge() and rebuild.merge()
+            a, b = _snapshot_arrays(reuse), _snapshot_arrays(rebuild)
+            assert a.keys() == b.keys()
+            for name in a:
+                assert a[name].dtype == b[name].dtype and (a[name] == b[name]).all(), name
+    assert len(calls) == 2  # the first merge builds (no main yet), the next two merge
+    reuse.close()
+    rebuild.close()
+    again = LiveIndex(tmp_path / "reuse", bits, mode, m, background_merge=False)
+    ids, words = again.state.items()
+    xq = np.concatenate([words[:20], _codes(rng, 5, bits, 64)])
+    lims, D, I, _ = again.range_search(xq, 3)
+    rl, rd, ri = naive.range_search(xq, words, ids, bits, 3)
+    assert np.array_equal(lims, rl) and np.array_equal(I, ri) and np.array_equal(D, rd)
+    again.close()
+
+
+def test_a_large_change_rebuilds():
+    """More than REUSE_MAX_FRACTION of the merged items new or dropped: not reusable."""
+    from bucketsearch.index.factory import make_index
+    old = make_index(64, "mih")
+    old.add(np.arange(1000, dtype=np.uint64).reshape(-1, 1))
+    fresh = make_index(64, "mih")
+    limit = int(merging.REUSE_MAX_FRACTION * 1100)
+    assert merging.reusable(old, fresh, 1100, limit)
+    assert not merging.reusable(old, fresh, 1100, limit + 1)
+    assert not merging.reusable(old, make_index(64, "auto"), 1100, 10)
+    assert not merging.reusable(old, make_index(64, "mih", substrings=4), 1100, 10)
