@@ -544,37 +544,32 @@ def merge_remap(old_ids: np.ndarray, dropped: np.ndarray, ids: np.ndarray):
 
 
 @njit
-def _merge_table(j, tables, old_positions, old_starts, old_words, remap, delta_rows,
-                 delta_keys, ids, word_width, out, counts, keys_out):
+def _merge_table(j, tables, old_positions, old_words, remap, delta_rows, delta_keys, low,
+                 ids, word_width, out, counts, keys_out):
     """Table ``j`` of the merged items into ``out``: a linear merge of the old table's
     positions ``old_positions`` (in (substring, id) order; each mapped to its merged row by
-    ``remap``, dropped ones, ``remap == len(ids)``, skipped) with the new items' rows
-    ``delta_rows`` sorted by (substring ``delta_keys``, id); ids are compared only between
-    equal substrings. An old item's substring is its bucket's value when the old table is
-    direct (``old_starts``, its ``2^w + 1`` starts), else read from ``old_words``. Each
-    emitted item's substring goes into the histogram ``counts`` (``counts[s + 1] += 1``;
-    when given) or ``keys_out`` (table order)."""
+    ``remap``, dropped ones, ``remap == len(ids)``, skipped; its substring read from
+    ``old_words``) with the new items' rows ``delta_rows`` sorted by (substring
+    ``delta_keys``, id); ids are read only to order an old item against a new item of the
+    same substring whose row is set in the bitmap ``low`` (its id is below the largest old
+    id: an upsert's; a bulk add's new ids are all above the old ones, so a bucket's new
+    items follow its old ones). Each emitted item's
+    substring goes into the histogram ``counts`` (``counts[s + 1] += 1``; when given) or
+    ``keys_out`` (table order). Returns the number of items placed."""
     n0, d, n = len(old_positions), len(delta_rows), len(ids)
-    direct_old = len(old_starts) > 0
     by_count = len(counts) > 0
     o = 0
     b = 0
-    v = 0
     for t in range(n0):
         p = np.int64(old_positions[t])
-        if direct_old:
-            while np.int64(old_starts[v + 1]) <= t:
-                v += 1
         r = np.int64(remap[p])
         if r == n:
             continue
-        if direct_old:
-            key = np.uint64(v)
-        else:
-            key = item_substring(old_words, p, j, tables, word_width)
+        key = item_substring(old_words, p, j, tables, word_width)
         while b < d:
             dk = delta_keys[b]
-            if dk > key or (dk == key and ids[np.int64(delta_rows[b])] > ids[r]):
+            if dk > key or (dk == key and not (len(low) and _has_bit(low, np.int64(delta_rows[b]))
+                                               and ids[np.int64(delta_rows[b])] < ids[r])):
                 break
             out[o] = delta_rows[b]
             if by_count:
@@ -601,8 +596,49 @@ def _merge_table(j, tables, old_positions, old_starts, old_words, remap, delta_r
     return o
 
 
+@njit
+def _merge_direct_table(old_positions, old_starts, remap, delta_rows, delta_keys, low, ids,
+                        out, starts):
+    """:func:`_merge_table` of an old table that is direct, value by value: bucket ``v``
+    of the merged table is old bucket ``v`` (``old_starts[v]:old_starts[v + 1]``, dropped
+    items skipped) merged by id with the new items whose substring is ``v``; ``starts``
+    (``2^w + 1``) gets the merged table's bucket starts as it goes (sequential writes, no
+    histogram). Ids are read as in :func:`_merge_table` (``low``). Returns the number of
+    distinct values."""
+    n, d = len(ids), len(delta_rows)
+    some_low = len(low) > 0
+    o = 0
+    b = 0
+    distinct = 0
+    nv = len(old_starts) - 1
+    for v in range(nv):
+        starts[v] = o
+        first = o
+        key = np.uint64(v)
+        for t in range(np.int64(old_starts[v]), np.int64(old_starts[v + 1])):
+            r = np.int64(remap[np.int64(old_positions[t])])
+            if r == n:
+                continue
+            while some_low and b < d and delta_keys[b] == key \
+                    and _has_bit(low, np.int64(delta_rows[b])) \
+                    and ids[np.int64(delta_rows[b])] < ids[r]:
+                out[o] = delta_rows[b]
+                o += 1
+                b += 1
+            out[o] = r
+            o += 1
+        while b < d and delta_keys[b] == key:
+            out[o] = delta_rows[b]
+            o += 1
+            b += 1
+        if o > first:
+            distinct += 1
+    starts[nv] = o
+    return distinct
+
+
 def _merged_table(j: int, tables, old: SubstringTables, old_words, remap, delta_rows,
-                  delta_words, ids, word_width, out, slot_dtype, fp_bits) -> tuple:
+                  delta_words, low, ids, word_width, out, slot_dtype, fp_bits) -> tuple:
     """Table ``j`` of the merged items by :func:`_merge_table` (the new items' substrings
     sorted here: ``delta_rows`` are in id order, ``delta_words`` their codes, so a stable
     sort by substring gives (substring, id)), then its lookup (:func:`_lookup_of`): the
@@ -618,13 +654,17 @@ def _merged_table(j: int, tables, old: SubstringTables, old_words, remap, delta_
     if old.tables[j, T_DIRECT]:
         base = int(old.tables[j, T_BASE])
         old_starts = old.starts[base:base + (1 << w) + 1]
-    else:
-        old_starts = np.zeros(0, dtype=pdt)
+        starts = np.empty((1 << w) + 1, dtype=pdt)
+        nd = _merge_direct_table(old_positions, old_starts, remap, drows, dkeys, low, ids,
+                                 out, starts)
+        if int(starts[-1]) != n:
+            raise AssertionError(f"table {j}: the merge placed {int(starts[-1])} of {n} items")
+        return _lookup_of(w, nd, starts, None, n, pdt, slot_dtype, fp_bits)
     by_count = _counts_fit(w, n)
     counts = np.zeros((1 << w) + 1 if by_count else 0, dtype=pdt)
     keys = np.empty(0 if by_count else n, dtype=np.uint64)
-    filled = _merge_table(j, tables, old_positions, old_starts, old_words, remap, drows,
-                          dkeys, ids, word_width, out, counts, keys)
+    filled = _merge_table(j, tables, old_positions, old_words, remap, drows, dkeys, low, ids,
+                          word_width, out, counts, keys)
     if filled != n:
         raise AssertionError(f"table {j}: the merge placed {filled} of {n} items")
     del dkeys, drows
@@ -633,6 +673,32 @@ def _merged_table(j: int, tables, old: SubstringTables, old_words, remap, delta_
         np.cumsum(counts, out=counts)
         return _lookup_of(w, nd, counts, None, n, pdt, slot_dtype, fp_bits)
     return _lookup_of(w, _run_count(keys), None, keys, n, pdt, slot_dtype, fp_bits)
+
+
+@njit(inline="always")
+def _has_bit(bits, g):
+    return (bits[g >> 6] >> np.uint64(g & 63)) & np.uint64(1) != np.uint64(0)
+
+
+@njit
+def _low_rows(ids, delta_rows, delta_ids, n):
+    """A bitmap of the merged rows (``n`` bits) set at the new items whose id is below the
+    largest old id (the old items: the rows outside ``delta_rows``); empty when there is
+    none (a bulk add of new ids)."""
+    low = np.zeros((n + 63) // 64, dtype=np.uint64)
+    for k in range(len(delta_rows)):  # mark the new rows, find the old items' largest id
+        _set_bit(low, np.int64(delta_rows[k]))
+    high = np.iinfo(np.int64).min
+    for i in range(n):
+        if not _has_bit(low, i) and ids[i] > high:
+            high = ids[i]
+    low[:] = 0
+    some = False
+    for k in range(len(delta_rows)):
+        if delta_ids[k] < high:
+            _set_bit(low, np.int64(delta_rows[k]))
+            some = True
+    return low if some else low[:0]
 
 
 def merge_tables(bits: int, words: np.ndarray, ids: np.ndarray, old: SubstringTables,
@@ -652,17 +718,20 @@ def merge_tables(bits: int, words: np.ndarray, ids: np.ndarray, old: SubstringTa
     pdt = position_dtype(n)
     positions = np.empty(m * n, dtype=pdt)
     delta_rows = np.ascontiguousarray(delta_rows, dtype=pdt)
-    by_id = positions_by_id(ids[delta_rows], pdt)
+    delta_ids = ids[delta_rows]
+    by_id = positions_by_id(delta_ids, pdt)
     if len(by_id):
-        delta_rows = delta_rows[by_id]
+        delta_rows, delta_ids = delta_rows[by_id], delta_ids[by_id]
     del by_id
+    low = _low_rows(ids, delta_rows, delta_ids, n)
+    del delta_ids
     delta_words = _gather_rows(words, delta_rows)
     slot_dtype, fp_bits = slot_layout(n)
     built = run_lanes([partial(_merged_table, j, tables, old, old_words, remap, delta_rows,
-                               delta_words, ids, word_width, positions[j * n:(j + 1) * n],
-                               slot_dtype, fp_bits)
+                               delta_words, low, ids, word_width,
+                               positions[j * n:(j + 1) * n], slot_dtype, fp_bits)
                        for j in range(m)], threads)
-    del delta_words, delta_rows
+    del delta_words, delta_rows, low
     return _assemble(built, tables, positions, pdt, slot_dtype, fp_bits)
 
 

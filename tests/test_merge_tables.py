@@ -177,3 +177,32 @@ def test_a_large_change_rebuilds():
     assert not merging.reusable(old, fresh, 1100, limit + 1)
     assert not merging.reusable(old, make_index(64, "auto"), 1100, 10)
     assert not merging.reusable(old, make_index(64, "mih", substrings=4), 1100, 10)
+
+
+def test_auto_keeps_its_calibration_over_merges_within_the_fraction(tmp_path):
+    """An auto main index's calibration is carried over a merge (the data profiled again,
+    the timings kept, anchored at the count they were taken at) while the item count stays
+    within CALIBRATION_KEEP_FRACTION of it; past it the planner is calibrated again."""
+    rng = np.random.default_rng(3)
+    live = LiveIndex(tmp_path / "a", 64, "auto", merge_threshold=10**9, background_merge=False)
+    live.add(_codes(rng, 4000, 64, 64), np.arange(4000))
+    live.merge()
+    first = live.state.main.calibration
+    assert first["calibrated"] and "carried_over" not in first
+    timed = live.state.main.models["mih"].to_dict()
+    first_items = live.state.main.items_d.sum()
+    live.add(_codes(rng, 500, 64, 64), np.arange(4000, 4500))
+    live.merge()
+    main = live.state.main
+    assert main.calibration["carried_over"] and main.calibration["timed_ntotal"] == 4000
+    assert main.calibration_state()["ntotal"] == 4500  # (a restart restores it)
+    assert main.models["mih"].to_dict() == timed  # not timed again
+    assert np.isclose(first_items, 4000) and np.isclose(main.items_d.sum(), 4500)  # profiled
+    live.add(_codes(rng, 600, 64, 64), np.arange(4500, 5100))  # 5100 > 1.25 x 4000
+    live.merge()
+    again = live.state.main.calibration
+    assert again["calibrated"] and "carried_over" not in again
+    live.close()
+    reopened = LiveIndex(tmp_path / "a", 64, "auto", background_merge=False)
+    assert reopened.state.main.calibration.get("restored")
+    reopened.close()

@@ -15,8 +15,18 @@ engine with the same substrings and the delta plus the dropped items are at most
 reads win: ``bench/bench_merge.py``, bench/RESULTS.md section 34).
 
 ``auto``'s single table is filled again from the merged items (its slots are hashed, no order
-to reuse) and its scan shares the items, as in :meth:`AutoIndex._rebuild_sorted`; its planner
-is calibrated again (the timing runs on the new items).
+to reuse) and its scan shares the items, as in :meth:`AutoIndex._rebuild_sorted`. Its
+planner keeps the old main index's calibration (:func:`carry_calibration`) while the item
+count stays within :data:`CALIBRATION_KEEP_FRACTION` of the count the timings were taken at,
+and profiles the new items again. Sound because every timed quantity is a unit cost of this
+machine and engine: ns per probe, per scanned item, per candidate, per call, and the
+correction ``measured / modeled`` of each calibrated radius; the counts they multiply (items
+and distinct codes and substrings per distance, N) come from the profile and N, both of the
+new items. What a unit cost does not capture is the caches: a probe into a larger table
+misses more. Beyond 2^20 items or so every table is far past the last-level cache and a
+probe costs about the same; the fraction bounds the drift elsewhere, and the planner only
+ever chooses among exact engines (a stale cost makes a search slower, never wrong). Past
+the fraction the planner is calibrated again (the timing runs on the new items).
 """
 from __future__ import annotations
 
@@ -25,11 +35,16 @@ import numpy as np
 from bucketsearch.index.base import trim_heap
 from bucketsearch.index.mih import MultiIndex, default_substrings, substring_ranges
 from bucketsearch.index.mih_tables import merge_remap, merge_tables
-from bucketsearch.index.planner import AutoIndex
+from bucketsearch.index.planner import AutoIndex, calibration_queries
 
 #: the tables are merged while (new items + dropped items) <= this fraction of the merged
-#: items; else rebuilt (measured: bench/RESULTS.md section 34)
-REUSE_MAX_FRACTION = 0.5
+#: items, else rebuilt: the merge's tables took 0.45x the rebuild's CPU time at 0.17 (2M
+#: into 10M), 0.6x at 0.23 (600k into 2M), 0.93x at 0.33 (5M into 10M), 1.02x at 0.5
+#: (bench/RESULTS.md section 34)
+REUSE_MAX_FRACTION = 0.25
+#: auto's calibration is kept over merges while the item count is within this fraction of
+#: the count it was timed at (the module docstring)
+CALIBRATION_KEEP_FRACTION = 0.25
 
 
 def _multi_index(main):
@@ -54,34 +69,68 @@ def reusable(old_main, fresh, n: int, changed: int) -> bool:
             and changed <= REUSE_MAX_FRACTION * n)
 
 
+def carry_calibration(fresh: AutoIndex, old_main) -> bool:
+    """Give ``fresh`` (built over the merged items, not calibrated) ``old_main``'s
+    calibration and profile the new items (the module docstring), when ``old_main`` was
+    calibrated on this machine and ``fresh``'s item count is within
+    :data:`CALIBRATION_KEEP_FRACTION` of the count its timings were taken at (kept as
+    ``timed_ntotal`` in the calibration summary, so merges after merges do not drift). False
+    and nothing changed otherwise."""
+    state = old_main.calibration_state() if isinstance(old_main, AutoIndex) else None
+    if not state or not fresh.ntotal:
+        return False
+    timed = int(state["summary"].get("timed_ntotal", state["ntotal"]))
+    n = fresh.ntotal
+    if abs(n - timed) > CALIBRATION_KEEP_FRACTION * timed:
+        return False
+    summary = {k: v for k, v in state["summary"].items() if k != "restored"}
+    if not fresh.restore_calibration({**state, "ntotal": n,
+                                      "summary": {**summary, "timed_ntotal": timed}}):
+        return False
+    fresh.profile(calibration_queries(fresh.mih.words, fresh.bits, fresh.calibration_queries,
+                                      seed=fresh.seed))
+    fresh.calibration = {**summary, "timed_ntotal": timed, "carried_over": True}
+    return True
+
+
 def build_main(fresh, old_main, words: np.ndarray, ids: np.ndarray, dropped: np.ndarray,
                reuse: bool = True) -> bool:
     """Fill the empty engine ``fresh`` with the merged items ``words`` / ``ids`` ((code, id)
     order, the result of merging ``old_main``'s items, ``dropped`` marking the ones that
     went, with new ones): its tables merged from ``old_main``'s when :func:`reusable` (and
-    ``reuse``), else built (:meth:`IndexBase.build`). True when the order was reused."""
+    ``reuse``), else built (:meth:`IndexBase.build`); with ``reuse``, an ``auto`` planner's
+    calibration carried over when :func:`carry_calibration` allows. True when the tables'
+    order was reused."""
     n = len(ids)
     gone = int(np.count_nonzero(dropped))
     changed = n - (old_main.ntotal - gone) + gone  # new items + dropped ones
     mapped = None
     if reuse and reusable(old_main, fresh, n, changed):
         mapped = merge_remap(np.asarray(old_main.ids), dropped, ids)
-    if mapped is None:
-        fresh.build(words, ids, presorted=True)
-        return False
-    old, new = _multi_index(old_main), _multi_index(fresh)
-    threads = fresh.build_threads
-    starts, widths = substring_ranges(new.bits, old.substrings)
-    tables = merge_tables(new.bits, words, ids, old.tables, np.asarray(old.words), *mapped,
-                          starts, widths, new._word_width, threads)
-    del mapped
-    new._install(words, ids, starts, widths, tables)
-    if isinstance(fresh, AutoIndex):  # as AutoIndex._rebuild_sorted after its multi-index
-        fresh.single._rebuild_sorted(words, ids)
-        fresh.scan.share(words, ids)
-        if fresh.calibrate_on_build:
-            fresh.calibrate()
+    merged = mapped is not None
+    auto = isinstance(fresh, AutoIndex) and fresh.calibrate_on_build
+    if auto:
+        fresh.calibrate_on_build = False  # calibrated below, or the old calibration kept
+    try:
+        if not merged:
+            fresh.build(words, ids, presorted=True)
         else:
-            fresh._set_default_models()
-    trim_heap(n)
-    return True
+            old, new = _multi_index(old_main), _multi_index(fresh)
+            starts, widths = substring_ranges(new.bits, old.substrings)
+            tables = merge_tables(new.bits, words, ids, old.tables, np.asarray(old.words),
+                                  *mapped, starts, widths, new._word_width,
+                                  fresh.build_threads)
+            del mapped
+            new._install(words, ids, starts, widths, tables)
+            if isinstance(fresh, AutoIndex):  # as AutoIndex._rebuild_sorted after its MIH
+                fresh.single._rebuild_sorted(words, ids)
+                fresh.scan.share(words, ids)
+            trim_heap(n)
+    finally:
+        if auto:
+            fresh.calibrate_on_build = True
+    if auto and not (reuse and carry_calibration(fresh, old_main)):
+        fresh.calibrate()
+    elif isinstance(fresh, AutoIndex) and not auto:
+        fresh._set_default_models()  # (as a build without calibration)
+    return merged
