@@ -13,10 +13,13 @@ timed):
   (:mod:`bucketsearch.index.storage.merging`);
 
 against ``build``: the first merge, the build of N from scratch (its items/s scaled to N + D).
-Printed: CPU s and wall s (best of ``--rounds``), items/s of the merged index (N + D per CPU
+Printed: CPU s and wall s (best of ``--rounds``, the two paths interleaved after a round that
+compiles), items/s of the merged index (N + D per CPU
 second), and the ratio old / new. ``--profile`` itemises one merge per path instead: the item
-merge, the MIH tables, the single table's slots, the bucket-size counts, the snapshot's write,
-CRC32s, fsyncs, its read-back and the calibration (inclusive CPU s; the parts nest as shown).
+merge, the remap, the MIH tables, the single table's slots, the bucket-size counts, the
+snapshot's write, CRC32s, fsyncs, its read-back and the calibration (inclusive CPU s: the
+single slots include the size counts, the snapshot write its CRC32s and fsyncs, the read-back
+its CRC32s).
 
     NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --n 10000000 --d 2000000
     NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --n 10000000 --d 100000
@@ -97,6 +100,7 @@ def profiled():
     t = Timers()
     t.wrap(LiveState, "sorted_items", "item merge")
     t.wrap(mih, "build_tables", "MIH tables: rebuild")
+    t.wrap(merging, "merge_remap", "remap (old position -> merged row)")
     t.wrap(merging, "merge_tables", "MIH tables: merge")
     t.wrap(item_table.ItemTable, "from_sorted", "single slots (incl. size counts)", cls=True)
     t.wrap(item_table, "bucket_size_counts", "bucket-size counts")
@@ -106,6 +110,7 @@ def profiled():
     t.wrap(snapshot, "verify", "read-back (total)")
     t.wrap(store, "file_crc32", "read-back crc32")
     t.wrap(planner.AutoIndex, "calibrate", "calibration")
+    t.wrap(merging, "carry_calibration", "calibration carried over (profile of the new items)")
     fsio.zlib = _TimedZlib(t)
     try:
         yield t
@@ -205,12 +210,14 @@ def run_mode(mode: str, folder: Path, args) -> None:
                 print(f"| {name} | {t.cpu[name]:.3f} | {t.wall[name]:.3f} |")
         index.close()
         return
-    best = {}
-    for reuse in (False, True):
-        runs = [one_round(index, rng, n, d, args.deletes, args.upserts, reuse, r + 1
-                          + (args.rounds if reuse else 0)) for r in range(args.rounds)]
-        runs = runs[1:] if len(runs) > 1 else runs  # the first compiles
-        best[reuse] = min(runs)
+    runs: dict[bool, list] = {False: [], True: []}
+    for r in range(args.rounds + 1):  # old and new interleaved; round 0 compiles
+        for reuse in (False, True):
+            got = one_round(index, rng, n, d, args.deletes, args.upserts, reuse,
+                            2 * r + reuse + 1)
+            if r:
+                runs[reuse].append(got)
+    best = {reuse: min(found) for reuse, found in runs.items()}
     index.close()
     total = n + d
     print(f"\n## {mode}: merge of D={d:,} into N={n:,} (best of {args.rounds})")

@@ -47,6 +47,20 @@ sums, which are a direct table's bucket starts, and one stable scatter of the po
 the radix sort of the substrings carrying the positions. Linear passes, no Python per item;
 the tables are built on up to ``threads`` threads at once
 (:func:`bucketsearch.index.pool.run_lanes`).
+
+Merge (:func:`merge_tables`, a live index's merge of a delta: :mod:`bucketsearch.index.storage
+.merging`): the merged items' tables from the old items' tables without sorting these again.
+Old position ``p`` goes to merged row ``remap[p]`` (:func:`merge_remap`, one pass over the
+merged ids; dropped items marked); a table keeps its (substring, id) order under that map, so
+table ``j`` of the merged items is one linear merge of the old run, remapped, with the new
+items sorted by (substring ``j``, id) (a radix sort of the delta's substrings); an old direct
+table is merged value by value (its bucket ``v`` is ``starts[v]:starts[v + 1]``, no substring
+read, the new starts written in order), ids compared only between a bucket's old items and a
+new item whose id is below the largest old one (an upsert's: a bulk add reads none). The
+lookup is then filled from the merged bucket starts or keys as a build fills it: the same
+arrays, bit for bit. Its random reads are one ``remap`` load per old item and table, against
+the counting sort's two random passes; 10M items, one thread: 0.45x a build's CPU time with
+2M new items, 0.36x with 100k (bench/RESULTS.md section 34).
 """
 from __future__ import annotations
 
@@ -55,7 +69,7 @@ from functools import partial
 
 import numpy as np
 
-from bucketsearch.index._jit import ctz64, njit
+from bucketsearch.index._jit import ctz64, njit, prefetch
 from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
                                            filter_word_bits, home_and_fingerprint, slot_layout)
 from bucketsearch.index.pool import run_lanes
@@ -69,6 +83,8 @@ DIRECT_MAX_BITS = 24
 DIRECT_PER_DISTINCT = 8
 #: counting sort by value while ``2^w`` is at most this many times ``n`` (the histogram's size)
 COUNTING_MAX_FACTOR = 4
+#: old table entries ahead whose merged row (``remap``) a merge prefetches
+MERGE_PREFETCH = 32
 #: columns of ``tables``: direct or hashed, the offset of its starts (direct) or slots (hashed)
 #: in the concatenated arrays, the slot count, the filter's offset and word count, the
 #: fingerprint bits, the one-word substring shift and mask, the substring's first bit and width
@@ -561,6 +577,8 @@ def _merge_table(j, tables, old_positions, old_words, remap, delta_rows, delta_k
     o = 0
     b = 0
     for t in range(n0):
+        if t + MERGE_PREFETCH < n0:
+            prefetch(remap, np.int64(old_positions[t + MERGE_PREFETCH]))
         p = np.int64(old_positions[t])
         r = np.int64(remap[p])
         if r == n:
@@ -605,7 +623,7 @@ def _merge_direct_table(old_positions, old_starts, remap, delta_rows, delta_keys
     (``2^w + 1``) gets the merged table's bucket starts as it goes (sequential writes, no
     histogram). Ids are read as in :func:`_merge_table` (``low``). Returns the number of
     distinct values."""
-    n, d = len(ids), len(delta_rows)
+    n, d, n0 = len(ids), len(delta_rows), len(old_positions)
     some_low = len(low) > 0
     o = 0
     b = 0
@@ -616,6 +634,8 @@ def _merge_direct_table(old_positions, old_starts, remap, delta_rows, delta_keys
         first = o
         key = np.uint64(v)
         for t in range(np.int64(old_starts[v]), np.int64(old_starts[v + 1])):
+            if t + MERGE_PREFETCH < n0:
+                prefetch(remap, np.int64(old_positions[t + MERGE_PREFETCH]))
             r = np.int64(remap[np.int64(old_positions[t])])
             if r == n:
                 continue

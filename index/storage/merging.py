@@ -38,8 +38,9 @@ from bucketsearch.index.mih_tables import merge_remap, merge_tables
 from bucketsearch.index.planner import AutoIndex, calibration_queries
 
 #: the tables are merged while (new items + dropped items) <= this fraction of the merged
-#: items, else rebuilt: the merge's tables took 0.45x the rebuild's CPU time at 0.17 (2M
-#: into 10M), 0.6x at 0.23 (600k into 2M), 0.93x at 0.33 (5M into 10M), 1.02x at 0.5
+#: items, else rebuilt. The tables' CPU time, merged / rebuilt, one thread (uniform 64-bit
+#: codes, 1,000 upserts): 0.28x at 0.01 (100k into 10M), 0.48x at 0.17 (2M into 10M), 0.6x
+#: at 0.23 (600k into 2M), 0.91x at 0.33 (5M into 10M), 1.05x at 0.5 (2M into 2M)
 #: (bench/RESULTS.md section 34)
 REUSE_MAX_FRACTION = 0.25
 #: auto's calibration is kept over merges while the item count is within this fraction of
