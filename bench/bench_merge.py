@@ -24,6 +24,14 @@ its CRC32s).
     NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --n 10000000 --d 2000000
     NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --n 10000000 --d 100000
     NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --n 2000000 --d 2000000 --profile
+
+``--tables`` times the substring tables alone, in process (no live index, no disk):
+:func:`mih_tables.merge_remap` + :func:`mih_tables.merge_tables` against
+:func:`mih_tables.build_tables` of the same merged items (best of 3 each, checked equal), for
+each ``N:D`` pair given (``--upserts`` of the new items reuse dropped ids):
+
+    NUMBA_NUM_THREADS=1 .venv/bin/python bench/bench_merge.py --tables \
+        10000000:100000,10000000:2000000,10000000:5000000,2000000:600000,2000000:2000000
 """
 from __future__ import annotations
 
@@ -39,10 +47,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index import item_table, mih, planner
+from bucketsearch.index import item_table, mih, mih_tables, planner
 from bucketsearch.index.disk import fsio, store
 from bucketsearch.index.storage import live, merging, snapshot
 from bucketsearch.index.storage.state import LiveState
+from bucketsearch.index.table import merge_items, sort_items
 
 BITS = 64
 
@@ -157,6 +166,41 @@ def one_round(index, rng, n: int, d: int, deletes: int, upserts: int, reuse: boo
     return cpu, wall
 
 
+def _best_cpu(call, repeats: int = 3):
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        c = time.process_time()
+        out = call()
+        best = min(best, time.process_time() - c)
+    return best, out
+
+
+def tables_only(n0: int, d: int, deletes: int, upserts: int) -> None:
+    """One ``N:D`` row of ``--tables`` (the module docstring)."""
+    rng = np.random.default_rng(0)
+    upserts = min(upserts, d)
+    ww = np.array([BITS])
+    old_words, old_ids = sort_items(codes(rng, n0).reshape(-1, 1), np.arange(n0))
+    m = mih.default_substrings(BITS, n0 + d)
+    starts, widths = mih.substring_ranges(BITS, m)
+    old = mih_tables.build_tables(BITS, old_words, old_ids, starts, widths, ww)
+    dropped = np.zeros(n0, dtype=bool)
+    dropped[rng.choice(n0, deletes + upserts, replace=False)] = True
+    new_ids = np.arange(n0, n0 + d, dtype=np.int64)
+    new_ids[:upserts] = old_ids[dropped][:upserts]
+    words, ids = merge_items(old_words[~dropped], old_ids[~dropped],
+                             codes(rng, d).reshape(-1, 1), new_ids)
+    t_build, want = _best_cpu(lambda: mih_tables.build_tables(BITS, words, ids, starts, widths,
+                                                               ww))
+    t_remap, mapped = _best_cpu(lambda: mih_tables.merge_remap(old_ids, dropped, ids))
+    t_merge, got = _best_cpu(lambda: mih_tables.merge_tables(BITS, words, ids, old, old_words,
+                                                              *mapped, starts, widths, ww))
+    same = all((a == got.arrays()[k]).all() for k, a in want.arrays().items())
+    changed = (d + deletes + upserts) / len(ids)
+    print(f"| {n0:,} | {d:,} | {changed:.2f} | {m} | {t_build:.3f} | {t_remap:.3f} | "
+          f"{t_merge:.3f} | {(t_remap + t_merge) / t_build:.2f}x | {same} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -168,6 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="itemise one merge per path")
     ap.add_argument("--paths", default="old,new", help="old, new or both")
+    ap.add_argument("--tables", default=None, help="N:D,N:D,...: the tables alone")
     ap.add_argument("--dir", default=None, help="parent of the index folder (default: a "
                     "temporary one under /var/tmp, a real disk)")
     args = ap.parse_args(argv)
@@ -175,6 +220,14 @@ def main(argv=None) -> int:
           f"upserts={args.upserts} rounds={args.rounds} threads="
           f"{os.environ.get('NUMBA_NUM_THREADS', 'default')}")
     print("# " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    if args.tables:
+        print("| N | D | (new + dropped) / merged | m | build_tables CPU s | merge_remap | "
+              "merge_tables | merged / built | same |\n|---|---|---|---|---|---|---|---|---|")
+        for pair in args.tables.split(","):
+            n0, d = (int(x) for x in pair.split(":"))
+            tables_only(n0, d, args.deletes, args.upserts)
+        print("# " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        return 0
     parent = Path(args.dir or tempfile.mkdtemp(prefix="bench_merge_", dir="/var/tmp"))
     try:
         for mode in args.modes.split(","):

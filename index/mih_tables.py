@@ -59,8 +59,9 @@ read, the new starts written in order), ids compared only between a bucket's old
 new item whose id is below the largest old one (an upsert's: a bulk add reads none). The
 lookup is then filled from the merged bucket starts or keys as a build fills it: the same
 arrays, bit for bit. Its random reads are one ``remap`` load per old item and table, against
-the counting sort's two random passes; 10M items, one thread: 0.45x a build's CPU time with
-2M new items, 0.36x with 100k (bench/RESULTS.md section 34).
+the counting sort's two random passes, and it is prefetched (:data:`MERGE_PREFETCH`); 10M
+items, one thread: 0.48x a build's CPU time with 2M new items, 0.26x with 100k
+(bench/RESULTS.md section 34).
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ rebuilt, that is one counting sort per table over every item
 per table (a radix sort of D substrings) and each table is one linear merge of the two
 sorted runs: the same tables, bit for bit. It is used when the old main index is of the same
 engine with the same substrings and the delta plus the dropped items are at most
-:data:`REUSE_MAX_FRACTION` of the merged items (beyond that the counting sort's sequential
-reads win: ``bench/bench_merge.py``, bench/RESULTS.md section 34).
+:data:`REUSE_MAX_FRACTION` of the merged items (at half of them the two cost the same:
+``bench/bench_merge.py --tables``, bench/RESULTS.md section 34).
 
 ``auto``'s single table is filled again from the merged items (its slots are hashed, no order
 to reuse) and its scan shares the items, as in :meth:`AutoIndex._rebuild_sorted`. Its
@@ -39,10 +39,11 @@ from bucketsearch.index.planner import AutoIndex, calibration_queries
 
 #: the tables are merged while (new items + dropped items) <= this fraction of the merged
 #: items, else rebuilt. The tables' CPU time, merged / rebuilt, one thread (uniform 64-bit
-#: codes, 1,000 upserts): 0.28x at 0.01 (100k into 10M), 0.48x at 0.17 (2M into 10M), 0.6x
-#: at 0.23 (600k into 2M), 0.91x at 0.33 (5M into 10M), 1.05x at 0.5 (2M into 2M)
+#: codes, 1,000 deletes and 1,000 upserts; `bench_merge.py --tables`): 0.26x at 0.01 (100k
+#: into 10M), 0.35x at 0.09, 0.48x at 0.17 (2M into 10M), 0.81x at 0.33 (5M into 10M),
+#: 0.86-1.05x at 0.5 (2M into 2M); 0.47-0.69x at 0.05 from 500k to 2M items, 0.91x at 100k
 #: (bench/RESULTS.md section 34)
-REUSE_MAX_FRACTION = 0.25
+REUSE_MAX_FRACTION = 1 / 3
 #: auto's calibration is kept over merges while the item count is within this fraction of
 #: the count it was timed at (the module docstring)
 CALIBRATION_KEEP_FRACTION = 0.25
@@ -73,13 +74,13 @@ def reusable(old_main, fresh, n: int, changed: int) -> bool:
 def carry_calibration(fresh: AutoIndex, old_main) -> bool:
     """Give ``fresh`` (built over the merged items, not calibrated) ``old_main``'s
     calibration and profile the new items (the module docstring), when ``old_main`` was
-    calibrated on this machine and ``fresh``'s item count is within
+    calibrated on this machine, has the same substrings, and ``fresh``'s item count is within
     :data:`CALIBRATION_KEEP_FRACTION` of the count its timings were taken at (kept as
     ``timed_ntotal`` in the calibration summary, so merges after merges do not drift). False
     and nothing changed otherwise."""
     state = old_main.calibration_state() if isinstance(old_main, AutoIndex) else None
-    if not state or not fresh.ntotal:
-        return False
+    if not state or not fresh.ntotal or old_main.substrings != fresh.substrings:
+        return False  # (a mode change to other substrings: timed again)
     timed = int(state["summary"].get("timed_ntotal", state["ntotal"]))
     n = fresh.ntotal
     if abs(n - timed) > CALIBRATION_KEEP_FRACTION * timed:
