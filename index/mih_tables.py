@@ -61,7 +61,7 @@ lookup is then filled from the merged bucket starts or keys as a build fills it:
 arrays, bit for bit. Its random reads are one ``remap`` load per old item and table, against
 the counting sort's two random passes, and it is prefetched (:data:`MERGE_PREFETCH`); 10M
 items, one thread: 0.48x a build's CPU time with 2M new items, 0.26x with 100k
-(bench/RESULTS.md section 34).
+(bench/RESULTS.md section 35).
 """
 from __future__ import annotations
 

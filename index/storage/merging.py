@@ -12,7 +12,7 @@ per table (a radix sort of D substrings) and each table is one linear merge of t
 sorted runs: the same tables, bit for bit. It is used when the old main index is of the same
 engine with the same substrings and the delta plus the dropped items are at most
 :data:`REUSE_MAX_FRACTION` of the merged items (at half of them the two cost the same:
-``bench/bench_merge.py --tables``, bench/RESULTS.md section 34).
+``bench/bench_merge.py --tables``, bench/RESULTS.md section 35).
 
 ``auto``'s single table is filled again from the merged items (its slots are hashed, no order
 to reuse) and its scan shares the items, as in :meth:`AutoIndex._rebuild_sorted`. Its
@@ -42,7 +42,7 @@ from bucketsearch.index.planner import AutoIndex, calibration_queries
 #: codes, 1,000 deletes and 1,000 upserts; `bench_merge.py --tables`): 0.26x at 0.01 (100k
 #: into 10M), 0.35x at 0.09, 0.48x at 0.17 (2M into 10M), 0.81x at 0.33 (5M into 10M),
 #: 0.86-1.05x at 0.5 (2M into 2M); 0.47-0.69x at 0.05 from 500k to 2M items, 0.91x at 100k
-#: (bench/RESULTS.md section 34)
+#: (bench/RESULTS.md section 35)
 REUSE_MAX_FRACTION = 1 / 3
 #: auto's calibration is kept over merges while the item count is within this fraction of
 #: the count it was timed at (the module docstring)
