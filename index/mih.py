@@ -879,11 +879,13 @@ class MultiIndex(IndexBase):
         self._rebuild_sorted(sorted_words, sorted_ids, id_words=ids_order_words(words, ids))
 
     def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray, id_words=None,
-                        threads: int | None = None) -> None:
+                        threads: int | None = None,
+                        tables: SubstringTables | None = None) -> None:
         """The tables of items already sorted by (code, id), kept as given (not copied: auto
         shares them with its single table and its scan): positions into them by
         (substring, position), :func:`index.mih_tables.build_tables` (a counting or radix sort
-        per table, the first table none) on ``threads`` (default :attr:`build_threads`).
+        per table, the first table none) on ``threads`` (default :attr:`build_threads`), or
+        ``tables`` when given (a live merge's, :func:`index.mih_tables.merge_tables`).
         ``id_words``: the codes in ascending id order when the caller has them (the input of
         a build whose ids increase), which saves a gather."""
         if words.dtype != np.uint64 or not words.flags.c_contiguous:
@@ -892,9 +894,10 @@ class MultiIndex(IndexBase):
             ids = np.ascontiguousarray(ids, dtype=np.int64)
         m = self.fixed_substrings or default_substrings(self.bits, len(ids))
         starts, widths = substring_ranges(self.bits, m)
-        self._install(words, ids, starts, widths,
-                      build_tables(self.bits, words, ids, starts, widths, self._word_width,
-                                   threads or self.build_threads, id_words))
+        if tables is None:
+            tables = build_tables(self.bits, words, ids, starts, widths, self._word_width,
+                                  threads or self.build_threads, id_words)
+        self._install(words, ids, starts, widths, tables)
 
     def _install(self, words, ids, starts, widths, tables: SubstringTables) -> None:
         """Set the shared items and the substring tables."""

@@ -347,16 +347,18 @@ class AutoIndex(IndexBase):
         sorted_words, sorted_ids = sort_items(words, ids, self.build_threads)
         self._rebuild_sorted(sorted_words, sorted_ids, id_words=ids_order_words(words, ids))
 
-    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray, id_words=None) -> None:
+    def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray, id_words=None,
+                        tables=None) -> None:
         """The three engines over items already sorted by (code, id), sharing the arrays; on
         two threads or more the single table is filled beside the multi-index's tables
-        (``id_words``: :meth:`MultiIndex._rebuild_sorted`)."""
+        (``id_words``, ``tables``: :meth:`MultiIndex._rebuild_sorted`)."""
         threads = self.build_threads
         if threads > 1:
-            run_parts([partial(self.mih._rebuild_sorted, words, ids, id_words, threads - 1),
+            run_parts([partial(self.mih._rebuild_sorted, words, ids, id_words, threads - 1,
+                               tables),
                        partial(self.single._rebuild_sorted, words, ids)])
         else:
-            self.mih._rebuild_sorted(words, ids, id_words)
+            self.mih._rebuild_sorted(words, ids, id_words, tables=tables)
             self.single._rebuild_sorted(words, ids)
         self.scan.share(words, ids)
         if self.calibrate_on_build:

@@ -14,8 +14,9 @@ engine with the same substrings and the delta plus the dropped items are at most
 :data:`REUSE_MAX_FRACTION` of the merged items (at half of them the two cost the same:
 ``bench/bench_merge.py --tables``, bench/RESULTS.md section 35).
 
-``auto``'s single table is filled again from the merged items (its slots are hashed, no order
-to reuse) and its scan shares the items, as in :meth:`AutoIndex._rebuild_sorted`. Its
+The merged tables go to the engine's ``_rebuild_sorted`` (``tables=``): ``auto``'s single
+table is filled again from the merged items (its slots are hashed, no order to reuse) and
+its scan shares the items, as in a build. Its
 planner keeps the old main index's calibration (:func:`carry_calibration`) while the item
 count stays within :data:`CALIBRATION_KEEP_FRACTION` of the count the timings were taken at,
 and profiles the new items again. Sound because every timed quantity is a unit cost of this
@@ -123,16 +124,11 @@ def build_main(fresh, old_main, words: np.ndarray, ids: np.ndarray, dropped: np.
                                   *mapped, starts, widths, new._word_width,
                                   fresh.build_threads)
             del mapped
-            new._install(words, ids, starts, widths, tables)
-            if isinstance(fresh, AutoIndex):  # as AutoIndex._rebuild_sorted after its MIH
-                fresh.single._rebuild_sorted(words, ids)
-                fresh.scan.share(words, ids)
+            fresh._rebuild_sorted(words, ids, tables=tables)
             trim_heap(n)
     finally:
         if auto:
             fresh.calibrate_on_build = True
     if auto and not (reuse and carry_calibration(fresh, old_main)):
         fresh.calibrate()
-    elif isinstance(fresh, AutoIndex) and not auto:
-        fresh._set_default_models()  # (as a build without calibration)
     return merged
