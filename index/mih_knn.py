@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketsearch.index._jit import (cycle_counter, monotonic_ns, njit, ns_per_tick, popcount64,
-                                     prefetch)
+from bucketsearch.index._jit import (ctz64, cycle_counter, monotonic_ns, njit, ns_per_tick,
+                                     popcount64, prefetch)
 from bucketsearch.index.base import SearchStats, run_chunked, splice_rows, stats_from_chunks
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_result)
@@ -87,7 +87,7 @@ def _offer(td, ti, filled, d, v):
 
 @njit
 def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_stats, tables,
-                    starts, slots, bitmap, positions, words, ids, word_width, budget_ticks,
+                    starts, slots, bitmap, positions, ends, words, ids, word_width, budget_ticks,
                     probe_ns, candidate_ns, min_work_ns):
     """The ``k`` nearest items within ``max_radius`` of every query (one-word codes) by the
     incremental multi-index search of the module docstring. Returns :func:`chunk_result`'s
@@ -110,13 +110,22 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     td = np.empty(min(k, n) if n > 0 else 1, dtype=np.int32)
     ti = np.empty(len(td), dtype=np.int64)
     kk = len(td)
-    spans = np.empty(2 * SPAN_BLOCK, dtype=np.int64)
-    span_keys = np.empty(SPAN_BLOCK, dtype=np.uint64)
+    # a block's probe keys, and its non-empty buckets (positions lo:hi; the first
+    # block of a query keeps one per table, empty or not, each step's)
+    n_pre = min(m, width)  # steps 0 .. n_pre - 1: one probe each (s = 0), looked up at once
+    block = max(SPAN_BLOCK, n_pre)
+    spans = np.empty(2 * block, dtype=np.int64)
+    span_keys = np.empty(block, dtype=np.uint64)
     sub_shift = np.empty(m, dtype=np.uint64)
     sub_mask = np.empty(m, dtype=np.uint64)
+    end_base = np.zeros(m, dtype=np.int64)  # table j's first end bit (ends_bit_base)
+    eb = 0
     for j in range(m):
         sub_shift[j] = np.uint64(tables[j, T_SHIFT])
         sub_mask[j] = np.uint64(tables[j, T_MASK])
+        end_base[j] = eb
+        if not tables[j, T_DIRECT]:
+            eb += 64 * ((n + 63) // 64)
     n_out = 0
     for qi in range(nq):
         t_query = monotonic_ns() if with_stats else 0
@@ -154,7 +163,6 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 continue
             spent += step_probes[R]
             key0 = (q >> sub_shift[j]) & sub_mask[j]
-            base = j * n
             probes = 0
             nonempty = 0
             cands = 0
@@ -164,79 +172,104 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
             top = sub_mask[j]
             done = False
             while not done:
-                # pass 1: the bucket ranges of up to SPAN_BLOCK probes (the lookups overlap)
-                nb = 0
-                while nb < SPAN_BLOCK:
-                    key = key0 ^ mask
+                # the block's probes: at step 0 the first probe of each of the first n_pre
+                # steps (every table's own substring: their lookups and first candidates
+                # overlap, where one step after the other waited for each in turn); steps
+                # 1 .. n_pre - 1 verify theirs; later steps up to SPAN_BLOCK of their flips
+                b0 = 0
+                nk = 0
+                if R < n_pre:
+                    b0 = R
+                    done = True
                     probes += 1
-                    if tables[j, T_DIRECT]:  # written out: a helper taking the arrays
-                        sd = tables[j, T_BASE] + np.int64(key)  # refcounts them per call
-                        lo = np.int64(starts[sd])
-                        hi = np.int64(starts[sd + 1])
-                    else:  # hashed: the bucket's end is checked while verifying
+                    if R == 0:
+                        for jj in range(n_pre):
+                            span_keys[jj] = (q >> sub_shift[jj]) & sub_mask[jj]
+                        nk = n_pre
+                else:
+                    while nk < SPAN_BLOCK:
+                        span_keys[nk] = key0 ^ mask
+                        nk += 1
+                        probes += 1
+                        # next mask with s bits set; done once it leaves the w_j low bits
+                        # (the division by the lowest bit c, a shift by its index)
+                        c = mask & (~mask + np.uint64(1))
+                        r = mask + c
+                        mask = (((r ^ mask) >> np.uint64(2)) >> np.uint64(ctz64(c))) | r
+                        if mask > top or r == 0:
+                            done = True
+                            break
+                if R == 0 or R >= n_pre:
+                    # pass 1: the buckets of the block's probes (the lookups overlap)
+                    nb = 0
+                    for bi in range(nk):
+                        jb = bi if R == 0 else j
+                        key = span_keys[bi]
                         lo = 0
                         hi = 0
-                        h = key * HASH_MULTIPLIER
-                        f, fbits = filter_word_bits(h, tables[j, T_BITMAP_WORDS])
-                        if bitmap[tables[j, T_BITMAP] + np.int64(f)] & fbits == fbits:
-                            sb = tables[j, T_BASE]
-                            n_slots = np.uint64(tables[j, T_SLOTS])
-                            fpb = np.uint64(tables[j, T_FP_BITS])
-                            sl, fp = home_and_fingerprint(h, n_slots, fpb)
-                            fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
-                            while True:
-                                e = np.uint64(slots[sb + np.int64(sl)])
-                                if e == np.uint64(0):
-                                    break
-                                if (e & fp_mask) == fp:
-                                    cand = np.int64(e >> fpb) - 1
-                                    if (words[positions[base + cand], 0] >> sub_shift[j]) \
-                                            & sub_mask[j] == key:
-                                        lo = cand
-                                        hi = n
+                        if tables[jb, T_DIRECT]:  # written out: a helper taking the arrays
+                            sd = tables[jb, T_BASE] + np.int64(key)  # refcounts them per call
+                            lo = np.int64(starts[sd])
+                            hi = np.int64(starts[sd + 1])
+                        else:  # hashed: mih_tables.bucket, its end from the end bits
+                            h = key * HASH_MULTIPLIER
+                            f, fbits = filter_word_bits(h, tables[jb, T_BITMAP_WORDS])
+                            if bitmap[tables[jb, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                                sb = tables[jb, T_BASE]
+                                n_slots = np.uint64(tables[jb, T_SLOTS])
+                                fpb = np.uint64(tables[jb, T_FP_BITS])
+                                sl, fp = home_and_fingerprint(h, n_slots, fpb)
+                                fp_mask = (np.uint64(1) << fpb) - np.uint64(1)
+                                while True:
+                                    e = np.uint64(slots[sb + np.int64(sl)])
+                                    if e == np.uint64(0):
                                         break
-                                sl += np.uint64(1)
-                                if sl == n_slots:
-                                    sl = np.uint64(0)
-                    if hi > lo:
-                        spans[2 * nb] = base + lo
-                        spans[2 * nb + 1] = base + hi
-                        span_keys[nb] = key
-                        nb += 1
-                    if s == 0:
-                        done = True
-                        break
-                    # next mask with s bits set; done once it leaves the w_j low bits
-                    c = mask & (~mask + np.uint64(1))
-                    r = mask + c
-                    mask = (((r ^ mask) >> np.uint64(2)) // c) | r
-                    if mask > top or r == 0:
-                        done = True
-                        break
-                # pass 1b: the first candidates of every bucket brought into the caches, their
-                # positions then their codes (loads that depend on one another, all issued
-                # before any is waited for: a candidate's code is a random read)
-                for bi in range(nb):
-                    for t in range(spans[2 * bi], min(spans[2 * bi + 1],
-                                                      spans[2 * bi] + PREFETCH_ITEMS)):
-                        prefetch(positions, t)
-                for bi in range(nb):
-                    for t in range(spans[2 * bi], min(spans[2 * bi + 1],
-                                                      spans[2 * bi] + PREFETCH_ITEMS)):
-                        prefetch(words, positions[t])
-                # pass 2: verify their items
-                nonempty += nb
-                hashed = not tables[j, T_DIRECT]
-                for bi in range(nb):
+                                    if (e & fp_mask) == fp:
+                                        cand = np.int64(e >> fpb) - 1
+                                        # the bucket's end: the next end bit (next_end)
+                                        g = end_base[jb] + cand
+                                        wi = g >> 6
+                                        bits = ends[wi] >> np.uint64(g & 63)
+                                        if (words[positions[jb * n + cand], 0]
+                                                >> sub_shift[jb]) & sub_mask[jb] == key:
+                                            if bits == np.uint64(0):
+                                                wi += 1
+                                                while ends[wi] == np.uint64(0):
+                                                    wi += 1
+                                                g = wi << 6
+                                                bits = ends[wi]
+                                            lo = cand
+                                            hi = g + np.int64(ctz64(bits)) - end_base[jb] + 1
+                                            break
+                                    sl += np.uint64(1)
+                                    if sl == n_slots:
+                                        sl = np.uint64(0)
+                        if hi > lo or R == 0:  # the first pass keeps one per step
+                            spans[2 * nb] = jb * n + lo
+                            spans[2 * nb + 1] = jb * n + hi
+                            nb += 1
+                    nk = nb
+                    # pass 1b: the first candidates of every bucket brought into the caches,
+                    # their positions then their codes (loads that depend on one another, all
+                    # issued before any is waited for: a candidate's code is a random read)
+                    for bi in range(nk):
+                        for t in range(spans[2 * bi], min(spans[2 * bi + 1],
+                                                          spans[2 * bi] + PREFETCH_ITEMS)):
+                            prefetch(positions, t)
+                    for bi in range(nk):
+                        for t in range(spans[2 * bi], min(spans[2 * bi + 1],
+                                                          spans[2 * bi] + PREFETCH_ITEMS)):
+                            prefetch(words, positions[t])
+                # pass 2: verify the items of this step's buckets
+                for bi in range(b0, R + 1 if R < n_pre else nk):
                     lo = spans[2 * bi]
                     hi = spans[2 * bi + 1]
+                    if hi > lo:
+                        nonempty += 1
+                    cands += hi - lo
                     for t in range(lo, hi):
                         p = np.int64(positions[t])
                         diff = q ^ words[p, 0]
-                        if hashed and (words[p, 0] >> sub_shift[j]) & sub_mask[j] \
-                                != span_keys[bi]:
-                            break  # past the bucket's end (a hashed table's bucket)
-                        cands += 1
                         d = popcount64(diff)
                         if with_stats:
                             # first visit: met at step min_jj (m d_jj + jj), this one
@@ -304,8 +337,8 @@ def knn_search(mih, xq, k, stats, max_radius, budget_ns=None, scan=None, info=No
     t = mih.tables
     ticks = NO_BUDGET if budget_ns is None else min(int(budget_ns / ns_per_tick()), NO_BUDGET)
     args = (k, max_radius, mih.sub_widths, mih._step_array(max_radius), mih.max_probes,
-            bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, mih.words, mih.ids,
-            mih._word_width, ticks, float(work_coef[0]), float(work_coef[1]),
+            bool(stats), t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, mih.words,
+            mih.ids, mih._word_width, ticks, float(work_coef[0]), float(work_coef[1]),
             float(min_work_ns))
     lims, D, I, rest = run_chunked(lambda chunk: _mih_knn_kernel(chunk, *args), xq,
                                    mih.threads)

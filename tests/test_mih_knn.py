@@ -53,7 +53,7 @@ def test_knn_matches_brute_force(bits, n, k, seed, clustered, dup, data):
        seed=st.integers(0, 2**16), clustered=st.booleans(), data=st.data())
 def test_steps_match_twin(bits, n, k, seed, clustered, data):
     """Statistics of the one-word kernel against the twin: the step it stops at (the first
-    ``R`` with ``k`` items within ``R``), and per step the probes, non-empty buckets,
+    ``R`` with ``k`` items within ``R``, else the largest distance asked), and per step the probes, non-empty buckets,
     candidates and first visits; codes_compared 0 unless it switched to a scan."""
     words, ids, xq = make_data(bits, n, 10, seed, clustered)
     # m >= 2 at 64 bits: a 64-bit substring takes the general kernel (tests/test_mih.py)
@@ -61,10 +61,13 @@ def test_steps_match_twin(bits, n, k, seed, clustered, data):
                   label="m")
     index = MultiIndex(bits, substrings=m)
     index.add(words, ids)
-    D, I, stats = index.search(xq, k, stats=True)
-    assert np.array_equal(I, naive.knn(xq, words, ids, bits, k)[1])
-    stop = twin_stop_step(xq, words, bits, k, bits)
-    twin = twin_step_counts(xq, words, bits, m, bits)
+    # a radius below m - 1 too: fewer steps than tables (the first block looks up one
+    # bucket per step run)
+    R = data.draw(st.sampled_from([bits, bits, 0, 1, 2, m - 1]), label="max_distance")
+    D, I, stats = index.search(xq, k, stats=True, max_distance=R)
+    assert np.array_equal(I, naive.knn_within(xq, words, ids, bits, k, R)[1])
+    stop = twin_stop_step(xq, words, bits, k, R)
+    twin = twin_step_counts(xq, words, bits, m, R)
     for qi in range(len(xq)):
         scanned = stats.scanned_from[qi]
         if scanned < 0:  # stopped by the bound: at the twin's step, everything before it run
@@ -113,6 +116,30 @@ def test_each_item_once_when_several_tables_meet_it():
         assert np.array_equal(D, eD) and np.array_equal(I, eI)
         assert stats.candidates[0, 0] == 60 and stats.candidates[0, 1] == 60
         assert stats.unique_candidates[0, 0] == 60 and stats.unique_candidates[0, 1] == 0
+
+
+def test_hashed_bucket_over_many_end_words():
+    """A hashed table's bucket of 300 items (five words of end bits and more, at any offset
+    in the table): the lookup's end from the end bits holds every item of it and none past
+    it (step 0's candidates are the 300), and the answers are brute force's for k up to past
+    the bucket."""
+    rng = np.random.default_rng(11)
+    lead = np.uint64(0x2B5A3C) << np.uint64(42)  # the first 22 bits: substring 0 of m = 3
+    low = rng.integers(0, 1 << 42, 300, dtype=np.uint64)
+    other = rng.integers(0, 2**63, 500, dtype=np.uint64) | np.uint64(1 << 63)
+    words = np.concatenate([lead | low, other]).reshape(-1, 1)
+    ids = rng.permutation(5000)[:len(words)].astype(np.int64)
+    index = MultiIndex(64, substrings=3)
+    index.add(words, ids)
+    assert index.sub_widths[0] == 22 and not index.tables.direct[0]
+    xq = np.concatenate([lead | rng.integers(0, 1 << 42, 6, dtype=np.uint64),
+                         words[rng.integers(0, len(words), 6), 0] ^ np.uint64(1 << 5)])
+    xq = xq.reshape(-1, 1)
+    for k in (1, 10, 299, 400):
+        D, I, stats = index.search(xq, k, stats=True)
+        eD, eI = naive.knn(xq, words, ids, 64, k)
+        assert np.array_equal(D, eD) and np.array_equal(I, eI)
+        assert (stats.candidates[:6, 0] == 300).all()
 
 
 @pytest.mark.parametrize("mode", ["auto"])
@@ -204,7 +231,7 @@ def test_budget_gives_queries_to_the_scan(bits, n, k, seed, clustered, with_stat
     ticks = NO_BUDGET if budget is None else int(budget / ns_per_tick())
     counts, D, I, _, _, _, scanned_from, _ = _mih_knn_kernel(
         xq, k, bits, index.sub_widths, index._step_array(bits), index.max_probes, with_stats,
-        t.tables, t.starts, t.slots, t.bitmap, t.positions, index.words, index.ids,
+        t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, index.words, index.ids,
         index._word_width, ticks, 20.0, 5.0, min_work)
     lims = np.concatenate([[0], np.cumsum(counts)])
     for q in range(len(xq)):
