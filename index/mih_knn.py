@@ -12,11 +12,22 @@ distance ``<= R`` (every item tied with the k-th is then known too, so the tie o
 exact), or at ``max_radius``.
 
 Candidates are read through the substring tables' positions (:mod:`index.mih_tables`: a
-probe is :func:`~bucketsearch.index.mih_tables.bucket`, the bucket's items are
-``words[positions[t]]``, their ids read only for an item that enters the top-k). An item met in
-several tables is deduplicated at insertion into the top-k (sorted by (distance, id), a copy
-is the entry just before its insertion point); one evicted from the top-k would be rejected
-again. No visit bits.
+probe is :func:`~bucketsearch.index.mih_tables.bucket` written out, a hashed table's bucket
+ending at its end bit, the bucket's items ``words[positions[t]]``, their ids read only for an
+item that enters the top-k), except table 0's: its bucket ``lo:hi`` is the rows ``lo:hi`` of
+the (code, id)-sorted items, read in row order (codes and ids in sequence, no position). An
+item met in several tables is deduplicated at insertion into the top-k (sorted by (distance,
+id), a copy is the entry just before its insertion point); one evicted from the top-k would be
+rejected again; so the order in which candidates come does not change the answer. No visit
+bits.
+
+Memory-level parallelism (no effect on results or statistics): the first ``m`` steps probe one
+bucket each (``s = 0``), looked up together at step 0 with their first candidates prefetched,
+where one step after the other waited for its own chain of loads (bucket start or filter,
+slot, the confirming code, end bits; positions; codes); the next two queries' first lookups
+are brought into the caches ahead (query ``qi + 2``'s bucket starts or filter words and home
+slots, query ``qi + 1``'s first positions); a bucket's later codes are prefetched
+:data:`PREFETCH_ITEMS` candidates ahead of the one verified.
 
 When a step would push the query over ``max_probes`` probes, or would probe more keys than
 there are items, the query verifies every item instead (``words``, ``ids``: a scan, exact) and
@@ -137,6 +148,35 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
         bound_id = np.int64(0)
         spent = 0
         last = -1
+        # the next queries' first lookups ahead (a batch's queries overlap their chains of
+        # dependent loads): query qi + 2's bucket start (direct) or filter word and home
+        # slot (hashed) of every table brought into the caches, query qi + 1's (there since
+        # the query before) read and the first positions of its buckets brought in
+        for ahead in range(2, 0, -1):
+            if qi + ahead >= nq or n == 0:
+                continue
+            qa = xq[qi + ahead, 0]
+            for jj in range(n_pre):
+                key = (qa >> sub_shift[jj]) & sub_mask[jj]
+                if tables[jj, T_DIRECT]:
+                    sd = tables[jj, T_BASE] + np.int64(key)
+                    if ahead == 2:
+                        prefetch(starts, sd)
+                    else:
+                        prefetch(positions, jj * n + np.int64(starts[sd]))
+                    continue
+                h = key * HASH_MULTIPLIER
+                f, fbits = filter_word_bits(h, tables[jj, T_BITMAP_WORDS])
+                fpb = np.uint64(tables[jj, T_FP_BITS])
+                sl, fp = home_and_fingerprint(h, np.uint64(tables[jj, T_SLOTS]), fpb)
+                sl = tables[jj, T_BASE] + np.int64(sl)
+                if ahead == 2:
+                    prefetch(bitmap, tables[jj, T_BITMAP] + np.int64(f))
+                    prefetch(slots, sl)
+                elif bitmap[tables[jj, T_BITMAP] + np.int64(f)] & fbits == fbits:
+                    e = np.uint64(slots[sl])
+                    if e != np.uint64(0) and e & ((np.uint64(1) << fpb) - np.uint64(1)) == fp:
+                        prefetch(positions, jj * n + np.int64(e >> fpb) - 1)
         t_start = cycle_counter()
         q_work = 0.0  # modeled ns of the steps before this one
         deferred = False
@@ -251,16 +291,25 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                     nk = nb
                     # pass 1b: the first candidates of every bucket brought into the caches,
                     # their positions then their codes (loads that depend on one another, all
-                    # issued before any is waited for: a candidate's code is a random read)
+                    # issued before any is waited for: a candidate's code is a random read);
+                    # table 0's buckets are rows (module docstring): their codes and ids
                     for bi in range(nk):
+                        rows = (bi if R == 0 else j) == 0
                         for t in range(spans[2 * bi], min(spans[2 * bi + 1],
                                                           spans[2 * bi] + PREFETCH_ITEMS)):
-                            prefetch(positions, t)
+                            if rows:
+                                prefetch(words, t)
+                                prefetch(ids, t)
+                            else:
+                                prefetch(positions, t)
                     for bi in range(nk):
+                        if (bi if R == 0 else j) == 0:
+                            continue
                         for t in range(spans[2 * bi], min(spans[2 * bi + 1],
                                                           spans[2 * bi] + PREFETCH_ITEMS)):
                             prefetch(words, positions[t])
-                # pass 2: verify the items of this step's buckets
+                # pass 2: verify the items of this step's buckets (table 0's in row order)
+                rows = j == 0
                 for bi in range(b0, R + 1 if R < n_pre else nk):
                     lo = spans[2 * bi]
                     hi = spans[2 * bi + 1]
@@ -268,7 +317,12 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                         nonempty += 1
                     cands += hi - lo
                     for t in range(lo, hi):
-                        p = np.int64(positions[t])
+                        if rows:
+                            p = t
+                        else:
+                            if t + PREFETCH_ITEMS < hi:  # the bucket's later codes, ahead
+                                prefetch(words, positions[t + PREFETCH_ITEMS])
+                            p = np.int64(positions[t])
                         diff = q ^ words[p, 0]
                         d = popcount64(diff)
                         if with_stats:
