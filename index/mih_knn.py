@@ -162,6 +162,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                     sd = tables[jj, T_BASE] + np.int64(key)
                     if ahead == 2:
                         prefetch(starts, sd)
+                    elif jj == 0:
+                        prefetch(words, np.int64(starts[sd]))
                     else:
                         prefetch(positions, jj * n + np.int64(starts[sd]))
                     continue
@@ -176,8 +178,13 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                 elif bitmap[tables[jj, T_BITMAP] + np.int64(f)] & fbits == fbits:
                     e = np.uint64(slots[sl])
                     if e != np.uint64(0) and e & ((np.uint64(1) << fpb) - np.uint64(1)) == fp:
-                        prefetch(positions, jj * n + np.int64(e >> fpb) - 1)
-        t_start = cycle_counter()
+                        cand = np.int64(e >> fpb) - 1
+                        if jj == 0:
+                            prefetch(words, cand)
+                        else:
+                            prefetch(positions, jj * n + cand)
+        timed = budget_ticks != NO_BUDGET  # no cycle counter read without a budget
+        t_start = cycle_counter() if timed else 0
         q_work = 0.0  # modeled ns of the steps before this one
         deferred = False
         for R in range(width):
@@ -270,8 +277,10 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                                         g = end_base[jb] + cand
                                         wi = g >> 6
                                         bits = ends[wi] >> np.uint64(g & 63)
-                                        if (words[positions[jb * n + cand], 0]
-                                                >> sub_shift[jb]) & sub_mask[jb] == key:
+                                        pc = cand if jb == 0 else np.int64(
+                                            positions[jb * n + cand])  # table 0: rows
+                                        if (words[pc, 0] >> sub_shift[jb]) & sub_mask[jb] \
+                                                == key:
                                             if bits == np.uint64(0):
                                                 wi += 1
                                                 while ends[wi] == np.uint64(0):
@@ -341,7 +350,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             if filled == kk:
                                 bound = td[kk - 1]
                                 bound_id = ti[kk - 1]
-                if not done and cycle_counter() - t_start > budget_ticks and \
+                if not done and timed and cycle_counter() - t_start > budget_ticks and \
                         q_work + probe_ns * probes + candidate_ns * cands > min_work_ns:
                     deferred = True
                     break
@@ -357,7 +366,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
             if filled == kk and td[kk - 1] <= R:
                 break  # every unseen item is at distance >= R + 1 > the k-th
             q_work += probe_ns * probes + candidate_ns * cands
-            if cycle_counter() - t_start > budget_ticks and q_work > min_work_ns:
+            if timed and cycle_counter() - t_start > budget_ticks and q_work > min_work_ns:
                 deferred = True
                 break
         radii[qi] = last + 1
