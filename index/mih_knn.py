@@ -351,11 +351,11 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                     cands += hi - lo
                     for t in range(lo, hi):
                         if rows:
-                            p = t
+                            p = np.uint64(t)  # unsigned: no wraparound test
                         else:
                             if t + PREFETCH_ITEMS < hi:  # the bucket's later codes, ahead
                                 prefetch(words, positions[t + PREFETCH_ITEMS])
-                            p = np.int64(positions[t])
+                            p = np.uint64(positions[t])
                         diff = q ^ words[p, 0]
                         d = popcount64(diff)
                         if with_stats:
