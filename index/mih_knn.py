@@ -22,9 +22,10 @@ rejected again; so the order in which candidates come does not change the answer
 bits.
 
 Memory-level parallelism (no effect on results or statistics): the first ``m`` steps probe one
-bucket each (``s = 0``), looked up together at step 0 with their first candidates prefetched,
-where one step after the other waited for its own chain of loads (bucket start or filter,
-slot, the confirming code, end bits; positions; codes); the next two queries' first lookups
+bucket each (``s = 0``); the first :data:`FIRST_STEPS` of them are looked up together at step 0
+with their first candidates prefetched, where one step after the other waited for its own
+chain of loads (bucket start or filter, slot, the confirming code, end bits; positions;
+codes); the next two queries' first lookups
 are brought into the caches ahead (query ``qi + 2``'s bucket starts or filter words and home
 slots, query ``qi + 1``'s first positions). Within a block of :data:`SPAN_BLOCK` probes: the
 bucket starts (direct) or filter words (hashed) prefetched before the lookups; every
@@ -75,6 +76,10 @@ SPAN_BLOCK = 64
 PREFETCH_ITEMS = 8
 #: Buckets ahead of the one verified whose first codes are prefetched (their positions were)
 AHEAD_BUCKETS = 8
+#: Steps whose one probe each (s = 0) is looked up at step 0, their first candidates prefetched
+#: together: a query not answered by exact copies runs at least two (k = 1 near queries stop
+#: there); more than two measured slower at 1M (lookups of steps not run)
+FIRST_STEPS = 2
 #: ``scanned_from`` of a query given up past its time budget (no result: the caller scans it)
 DEFERRED = -2
 #: the budget (cycle-counter ticks) of a search without one
@@ -130,7 +135,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     kk = len(td)
     # a block's probe keys, and its non-empty buckets (positions lo:hi; the first
     # block of a query keeps one per table, empty or not, each step's)
-    n_pre = min(m, width)  # steps 0 .. n_pre - 1: one probe each (s = 0), looked up at once
+    n_pre = min(FIRST_STEPS, m, width)  # steps 0 .. n_pre - 1: looked up at step 0
     block = max(SPAN_BLOCK, n_pre)
     spans = np.empty(2 * block, dtype=np.int64)
     span_keys = np.empty(block, dtype=np.uint64)
@@ -227,9 +232,10 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
             done = False
             while not done:
                 # the block's probes: at step 0 the first probe of each of the first n_pre
-                # steps (every table's own substring: their lookups and first candidates
-                # overlap, where one step after the other waited for each in turn); steps
-                # 1 .. n_pre - 1 verify theirs; later steps up to SPAN_BLOCK of their flips
+                # steps (tables 0 .. n_pre - 1's own substrings: their lookups and first
+                # candidates overlap, where one step after the other waited for each in
+                # turn); steps 1 .. n_pre - 1 verify theirs; later steps up to SPAN_BLOCK of
+                # their flips (one at s = 0)
                 b0 = 0
                 nk = 0
                 if R < n_pre:
@@ -245,6 +251,9 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                         span_keys[nk] = key0 ^ mask
                         nk += 1
                         probes += 1
+                        if s == 0:
+                            done = True
+                            break
                         # next mask with s bits set; done once it leaves the w_j low bits
                         # (the division by the lowest bit c, a shift by its index)
                         c = mask & (~mask + np.uint64(1))
