@@ -14,7 +14,11 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 KERNEL_TESTS := tests/test_kernels.py tests/test_engine.py tests/test_mih.py tests/test_mih_small.py \
 	tests/test_planner.py tests/test_codes.py tests/test_metrics_properties.py tests/test_metrics.py \
 	tests/test_builds.py tests/test_costmodel.py::test_row_bounds_match_a_scan \
-	tests/test_costmodel.py::test_run_bounds_at_a_position_match_a_scan
+	tests/test_costmodel.py::test_run_bounds_at_a_position_match_a_scan \
+	tests/test_merge_tables.py::test_merged_tables_are_the_tables_built_from_scratch \
+	tests/test_merge_tables.py::test_the_remap_refuses_items_that_are_not_a_merge \
+	tests/test_merge_tables.py::test_a_large_change_rebuilds
+# (test_merge_tables' live-index tests, which calibrate auto, take minutes as plain Python)
 # too slow as plain Python (balls of millions of masks, the planner's timed calibration, the
 # planner's hypothesis test that builds three engines per example); `make test`'s compiled run
 # has them
