@@ -297,3 +297,34 @@ def test_arrays_read_in_memory_are_aligned_writable_and_equal_to_mapped(tmp_path
         assert mem[name].flags.aligned and mem[name].flags.writeable
         assert mem[name].flags.c_contiguous and not mapped[name].flags.writeable
         assert (mem[name] == want).all() and (mapped[name] == want).all()
+
+
+def _anon_huge_kib() -> int:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_collapse_to_huge_pages_keeps_the_arrays_and_reaches_each_mapping_once(tmp_path):
+    """The mappings a load read into are tried once each (a second call finds nothing), the
+    arrays' values unchanged; ``keep_going`` stops it between steps; the process holds as many
+    more bytes in huge pages as it says it collapsed (Linux >= 6.1)."""
+    fsio.collapse_to_huge_pages()  # mappings of earlier tests
+    n = (6 << 20) // 8 + 5  # each mapping holds at least two whole 2 MiB pages
+    arrays = {"a": np.arange(n, dtype=np.uint64), "b": np.arange(n, dtype=np.int64)[::-1].copy()}
+    save_arrays(tmp_path / "snap", "test", {}, arrays)
+    loaded = load_arrays(tmp_path / "snap")[2]
+    assert fsio.collapse_to_huge_pages(keep_going=lambda: False) == 0  # stopped at once
+    loaded = load_arrays(tmp_path / "snap")[2]  # (the stopped call let go of a mapping)
+    before = _anon_huge_kib()
+    done = fsio.collapse_to_huge_pages(step=1 << 21)
+    after = _anon_huge_kib()
+    for name, want in arrays.items():
+        assert np.array_equal(loaded[name], want)
+    assert fsio.collapse_to_huge_pages() == 0
+    files = sum((tmp_path / "snap" / f"{k}.npy").stat().st_size for k in arrays)
+    # whole 2 MiB pages only (the ends of each mapping stay); 0: a refusal (a kernel without
+    # MADV_COLLAPSE, no free huge page)
+    assert done % fsio.HUGE_PAGE == 0 and done <= files
+    assert after - before >= done >> 10  # KiB
