@@ -10,10 +10,11 @@ off, both result writers, the t0 calibration and every relevance form of the eva
 ``mmap`` the main tables are memory-mapped snapshots, read-only arrays, as the server has them.
 ``tests/test_warmup.py`` checks that no request compiles anything after ready.
 
-Each phase is logged with its time on the ``bucketsearch.app`` logger (shown in the uvicorn
-log, see :func:`route_logs`). ``python -m bucketsearch.app.startup --warm [--mmap]`` runs the
-warm-up alone:
-the Docker build runs it to fill the numba cache (``NUMBA_CACHE_DIR``).
+After ready, :func:`collapse_pages` makes the memory the snapshots were read into huge pages, on
+a thread of its own. Each phase is logged with its time on the ``bucketsearch.app`` logger
+(shown in the uvicorn log, see :func:`route_logs`). ``python -m bucketsearch.app.startup
+--warm [--mmap]`` runs the warm-up alone: the Docker build runs it to fill the numba cache
+(``NUMBA_CACHE_DIR``).
 """
 from __future__ import annotations
 
