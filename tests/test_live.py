@@ -256,3 +256,52 @@ def test_the_merge_count_is_read_back_after_a_restart(tmp_path):
     again.add(pack_bits(rng.integers(0, 2, size=(5, 64), dtype=np.uint8)), np.arange(150, 155))
     assert again.merge() and again.merges == 4
     again.close()
+
+
+def _sample_twin(main_ids, main_words, tombstones, delta_ids, delta_words, n, seed):
+    """The sample by its definition: the live positions of the main index listed in full
+    (tombstones skipped), then the delta's, drawn by ``default_rng(seed).choice``; the drawn
+    items of the main index first, then the delta's."""
+    main_pos = np.flatnonzero(~np.isin(main_ids, tombstones))
+    pick = np.random.default_rng(seed).choice(len(main_pos) + len(delta_ids),
+                                              size=min(n, len(main_pos) + len(delta_ids)),
+                                              replace=False)
+    rows = [main_pos[p] for p in pick if p < len(main_pos)]  # the main's first, then the delta's
+    extra = [p - len(main_pos) for p in pick if p >= len(main_pos)]
+    ids = [main_ids[r] for r in rows] + [delta_ids[d] for d in extra]
+    words = [main_words[r] for r in rows] + [delta_words[d] for d in extra]
+    return np.array(ids, dtype=np.int64), np.array(words, dtype=np.uint64).reshape(-1, 1)
+
+
+def test_sample_draws_without_listing_every_position(tmp_path):
+    """A sample of a few items of a main index without tombstones allocates no array of N
+    (a restart's warm-up samples one item: at 100M items ``arange(N)`` took 1.7 s), and every
+    sample, with tombstones and a delta too, is the one its definition draws (the twin)."""
+    import tracemalloc
+    n = 400_000
+    words = np.random.default_rng(0).integers(0, 2**63, (n, 1), dtype=np.uint64)
+    live = LiveIndex(tmp_path / "ix", 64, "single", merge_threshold=10**9,
+                     background_merge=False)
+    try:
+        live.add(words, np.arange(n))
+        live.merge()
+        view = live.view()
+        main_ids = np.asarray(view.state.main.ids)
+        main_words = np.asarray(view.state.main.words)
+        tracemalloc.start()
+        ids, got = view.sample(3, 7)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < n  # bytes: an arange(N) of int64 would be 8 N
+        want = _sample_twin(main_ids, main_words, np.empty(0, np.int64), [], [], 3, 7)
+        assert np.array_equal(ids, want[0]) and np.array_equal(got, want[1])
+        live.delete(np.arange(0, n, 3))
+        live.add(words[:5] ^ np.uint64(1), np.arange(n, n + 5))
+        view = live.view()
+        for size, seed in ((1, 0), (50, 1), (10**6, 2)):
+            ids, got = view.sample(size, seed)
+            want = _sample_twin(main_ids, main_words, np.arange(0, n, 3),
+                                np.arange(n, n + 5), words[:5] ^ np.uint64(1), size, seed)
+            assert np.array_equal(ids, want[0]) and np.array_equal(got, want[1])
+    finally:
+        live.close()

@@ -1,10 +1,15 @@
 """Snapshots: atomic, checksummed, refuse corrupt or newer-format directories."""
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from bucketsearch.index.disk import fsio
+from bucketsearch.index.disk.store import array_of_npy, file_crc32
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.storage.store import FORMAT_VERSION, load_arrays, save_arrays
 from bucketsearch.index.table import BucketTable, sort_items
@@ -194,3 +199,132 @@ def test_format_3_snapshots_still_load(tmp_path, name, bits, mmap):
         isinstance(again_mih.tables.positions.base, np.memmap)
     assert all((a == b).all()
                for a, b in zip(again.range_search(xq, 4), loaded.range_search(xq, 4)))
+
+
+# ------------------------------------------------------------- one read: bytes and checksum
+def _npy_bytes(tmp_path, array, name="a.npy", version=None) -> Path:
+    """``array`` written by numpy's own writer (the twin of the reader)."""
+    path = tmp_path / name
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, array, version=version, allow_pickle=False)
+    return path
+
+
+_NPY_DTYPES = st.sampled_from(["u1", "<i4", ">i4", "<u8", ">u8", "<f8", "?", "<c16",
+                               "i8,u1"])
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=_NPY_DTYPES, shape=st.lists(st.integers(0, 5), min_size=0, max_size=3),
+       fortran=st.booleans(), version=st.sampled_from([None, (1, 0), (2, 0)]),
+       seed=st.integers(0, 2**32 - 1))
+def test_one_read_gives_np_load_array_and_file_crc32(tmp_path, dtype, shape, fortran, version,
+                                                     seed):
+    """``fsio.read_with_crc32`` + ``store.array_of_npy`` against their twins ``np.load`` and
+    ``store.file_crc32`` (a second read of the file): the same array (dtype, shape, order,
+    values) and the same checksum, for every dtype, byte order, shape (0-d and empty too),
+    memory order and ``.npy`` version; chunks smaller than the file as well."""
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=math.prod(shape) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    array = raw.view(dtype).reshape(shape)
+    if fortran:
+        array = np.asfortranarray(array)
+    path = _npy_bytes(tmp_path, array, version=version)
+    for chunk in (7, 1 << 22):
+        got_raw, crc = fsio.read_with_crc32(path, chunk)
+        assert crc == file_crc32(path) and got_raw.tobytes() == path.read_bytes()
+        got, want = array_of_npy(got_raw), np.load(path, allow_pickle=False)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.flags.f_contiguous == want.flags.f_contiguous
+        assert got.tobytes(order="A") == want.tobytes(order="A")
+
+
+def test_one_read_refuses_what_np_load_refuses(tmp_path):
+    """An object array (no pickle), a truncated file and a file that is not ``.npy`` are
+    unreadable; the checksum is compared first, so damage reads as a checksum mismatch."""
+    path = tmp_path / "o.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array(f, np.array([1, "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object arrays"):
+        array_of_npy(fsio.read_with_crc32(path)[0])
+    good = _npy_bytes(tmp_path, np.arange(100, dtype=np.uint64), "g.npy")
+    data = good.read_bytes()
+    (tmp_path / "short.npy").write_bytes(data[:-8])
+    with pytest.raises(ValueError, match="data bytes"):
+        array_of_npy(fsio.read_with_crc32(tmp_path / "short.npy")[0])
+    (tmp_path / "junk.npy").write_bytes(b"not an npy file at all")
+    with pytest.raises(ValueError):
+        array_of_npy(fsio.read_with_crc32(tmp_path / "junk.npy")[0])
+
+
+@pytest.mark.parametrize("damage, message", [("flip", "ids.npy: checksum mismatch"),
+                                             ("truncate", "ids.npy: checksum mismatch"),
+                                             ("truncate-both", "ids.npy: unreadable array")])
+def test_damaged_array_file_is_refused_in_memory_and_mapped(tmp_path, damage, message):
+    """A flipped byte or a cut file is refused by its checksum (in memory: from the one read
+    of the bytes; mapped: read before mapping); with its manifest entry updated to match, a
+    cut file is still refused as unreadable by its size. Nothing is returned either way."""
+    save_arrays(tmp_path / "snap", "test", {}, {"ids": np.arange(1000, dtype=np.int64),
+                                                "b": np.ones(3)})
+    ids = tmp_path / "snap" / "ids.npy"
+    data = bytearray(ids.read_bytes())
+    if damage == "flip":
+        data[500] ^= 0x10
+    else:
+        del data[-16:]
+    ids.write_bytes(bytes(data))
+    if damage == "truncate-both":
+        manifest = tmp_path / "snap" / "manifest.json"
+        doc = json.loads(manifest.read_text())
+        doc["arrays"]["ids"]["crc32"] = file_crc32(ids)
+        manifest.write_text(json.dumps(doc))
+    for mmap in (False, True):
+        with pytest.raises(ValueError, match=message):
+            load_arrays(tmp_path / "snap", mmap=mmap)
+
+
+def test_arrays_read_in_memory_are_aligned_writable_and_equal_to_mapped(tmp_path):
+    """Small files are read into numpy's memory, files from ``fsio.ANONYMOUS_MIN_BYTES`` up
+    into a mapping of their own: both writable, aligned, equal to the mapped copy."""
+    big = fsio.ANONYMOUS_MIN_BYTES // 8 + 3
+    arrays = {"w": np.arange(big, dtype=np.uint64), "i": np.arange(7, dtype=np.int32),
+              "m": np.arange(12, dtype=np.uint16).reshape(3, 4)}
+    save_arrays(tmp_path / "snap", "test", {}, arrays)
+    mem = load_arrays(tmp_path / "snap")[2]
+    mapped = load_arrays(tmp_path / "snap", mmap=True)[2]
+    for name, want in arrays.items():
+        assert mem[name].flags.aligned and mem[name].flags.writeable
+        assert mem[name].flags.c_contiguous and not mapped[name].flags.writeable
+        assert (mem[name] == want).all() and (mapped[name] == want).all()
+
+
+def _anon_huge_kib() -> int:
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_collapse_to_huge_pages_keeps_the_arrays_and_reaches_each_mapping_once(tmp_path):
+    """The mappings a load read into are tried once each (a second call finds nothing), the
+    arrays' values unchanged; ``keep_going`` stops it between steps; the process holds as many
+    more bytes in huge pages as it says it collapsed (Linux >= 6.1)."""
+    fsio.collapse_to_huge_pages()  # mappings of earlier tests
+    n = (6 << 20) // 8 + 5  # each mapping holds at least two whole 2 MiB pages
+    arrays = {"a": np.arange(n, dtype=np.uint64), "b": np.arange(n, dtype=np.int64)[::-1].copy()}
+    save_arrays(tmp_path / "snap", "test", {}, arrays)
+    loaded = load_arrays(tmp_path / "snap")[2]
+    assert fsio.collapse_to_huge_pages(keep_going=lambda: False) == 0  # stopped at once
+    loaded = load_arrays(tmp_path / "snap")[2]  # (the stopped call let go of a mapping)
+    before = _anon_huge_kib()
+    done = fsio.collapse_to_huge_pages(step=1 << 21)
+    after = _anon_huge_kib()
+    for name, want in arrays.items():
+        assert np.array_equal(loaded[name], want)
+    assert fsio.collapse_to_huge_pages() == 0
+    files = sum((tmp_path / "snap" / f"{k}.npy").stat().st_size for k in arrays)
+    # whole 2 MiB pages only (the ends of each mapping stay); 0: a refusal (a kernel without
+    # MADV_COLLAPSE, no free huge page)
+    assert done % fsio.HUGE_PAGE == 0 and done <= files
+    assert after - before >= done >> 10  # KiB

@@ -4,14 +4,20 @@
 and, per array, the file name, dtype, shape and CRC32 of the file. A snapshot is written to a
 temporary sibling directory, every file and the directory are fsynced, and it is renamed into
 place; a previous snapshot at the same path is swapped out by rename and removed afterwards.
-Loading verifies every checksum (also with ``mmap=True``: the file is read once) and refuses a
-missing, corrupt or newer-format snapshot with a message naming the file. No pickle anywhere:
-arrays are read with ``allow_pickle=False``.
+Loading verifies every checksum before an array is used and refuses a missing, corrupt or
+newer-format snapshot with a message naming the file. Each file is read once: in memory, its
+bytes are read into one buffer with the CRC32 computed chunk by chunk as they arrive
+(:func:`bucketsearch.index.disk.fsio.read_with_crc32`), and the array is a view of that buffer
+past the ``.npy`` header (:func:`array_of_npy`); with ``mmap=True`` the file is read for its
+checksum (the pages it maps are then in the page cache) and mapped. No pickle anywhere: an
+object array is refused as ``np.load(allow_pickle=False)`` refuses it.
 """
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import math
 import shutil
 import uuid
 import zlib
@@ -37,6 +43,8 @@ from bucketsearch.index.disk import fsio
 FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 CHUNK = 1 << 22
+#: the longest ``.npy`` header read (``np.load``'s default ``max_header_size``)
+NPY_MAX_HEADER = 10_000
 
 
 def file_crc32(path: Path) -> int:
@@ -106,17 +114,47 @@ def load_arrays(path, mmap: bool = False, verify: bool = True):
         raise ValueError(f"{manifest_path}: malformed array entry ({exc!r})") from None
 
 
+def array_of_npy(raw: np.ndarray) -> np.ndarray:
+    """The array a ``.npy`` file's bytes ``raw`` (``uint8``) hold: a view of them past the
+    header (no copy; copied only if the data would sit misaligned for its dtype). ValueError
+    for a bad header, an object dtype (no pickle) or a size that does not match the header's
+    shape (a truncated file)."""
+    fmt = np.lib.format
+    head = io.BytesIO(raw[:fmt.MAGIC_LEN + 4 + NPY_MAX_HEADER].tobytes())
+    version = fmt.read_magic(head)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f".npy format version {version} (this reads 1.0 and 2.0)")
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran_order, dtype = read_header(head, max_header_size=NPY_MAX_HEADER)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not read (no pickle)")
+    offset, count = head.tell(), math.prod(shape)
+    if len(raw) - offset != count * dtype.itemsize:
+        raise ValueError(f"{len(raw) - offset} data bytes, the header's shape {shape} of "
+                         f"{dtype} needs {count * dtype.itemsize}")
+    data = raw[offset:]
+    if data.ctypes.data % max(dtype.alignment, 1):
+        data = data.copy()
+    return data.view(dtype).reshape(shape, order="F" if fortran_order else "C")
+
+
 def _load_entries(path: Path, entries: dict, mmap: bool, verify: bool) -> dict:
     arrays = {}
     for name, entry in entries.items():
         file = path / Path(entry["file"]).name
         if not file.is_file():
             raise ValueError(f"{file}: array {name!r} listed in the manifest is missing")
-        if verify and file_crc32(file) != entry["crc32"]:
-            raise ValueError(f"{file}: checksum mismatch (CRC32 {file_crc32(file)} != "
-                             f"{entry['crc32']} in the manifest): the snapshot is corrupt")
+        raw = None
+        if mmap:
+            crc = file_crc32(file) if verify else None
+        else:  # one read: the bytes and their checksum
+            raw, crc = fsio.read_with_crc32(file, CHUNK)
+        if verify and crc != entry["crc32"]:
+            raise ValueError(f"{file}: checksum mismatch (CRC32 {crc} != {entry['crc32']} in "
+                             "the manifest): the snapshot is corrupt")
         try:
-            array = np.load(file, mmap_mode="r" if mmap else None, allow_pickle=False)
+            array = np.load(file, mmap_mode="r", allow_pickle=False) if raw is None \
+                else array_of_npy(raw)
         except (ValueError, EOFError) as exc:
             raise ValueError(f"{file}: unreadable array ({exc})") from None
         if str(array.dtype) != entry["dtype"] or list(array.shape) != entry["shape"]:

@@ -218,14 +218,16 @@ class LiveView:
         ``default_rng(seed).choice``; only the drawn rows are gathered."""
         st = self.state
         main_ids = np.asarray(st.main.ids, dtype=np.int64)
+        main_pos = None  # every position of the main index is live (no array of N made)
         if len(st.tombstones) and len(main_ids):
             main_pos = np.flatnonzero(~np.isin(main_ids, st.tombstones))
-        else:
-            main_pos = np.arange(len(main_ids))
-        n_main, n_delta = len(main_pos), len(st.delta_ids)
+        n_main = len(main_ids) if main_pos is None else len(main_pos)
+        n_delta = len(st.delta_ids)
         pick = np.random.default_rng(seed).choice(n_main + n_delta,
                                                   size=min(n, n_main + n_delta), replace=False)
-        from_main, from_delta = main_pos[pick[pick < n_main]], pick[pick >= n_main] - n_main
+        from_main, from_delta = pick[pick < n_main], pick[pick >= n_main] - n_main
+        if main_pos is not None:
+            from_main = main_pos[from_main]
         width = n_words(self.bits)
         parts = [np.empty((0, width), dtype=np.uint64)]
         if len(from_main):
