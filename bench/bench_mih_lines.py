@@ -4,9 +4,13 @@ position (uint32 positions into the shared codes and ids), counted from the tabl
 
 Per query and radius step ``j <= R`` (the exact path, ``R < m``): both read the line of the
 bucket's start (direct tables); the old layout then reads the lines of its bucket's entries
-``j * n + lo .. j * n + hi``; the new one the lines of those positions, the line of each
-candidate's code, and the line of its id when it is a result (or its bucket holds more than
-``mih.PREFETCH_ITEMS`` candidates: the kernel prefetches those ids). Queries as
+``j * n + lo .. j * n + hi``; the new one, for a query of at most ``mih.SMALL_QUERY``
+candidates, the lines of table 0's bucket as rows (codes; ids of results) and of the other
+buckets' entries, and the line of a candidate's code only when its tag differs from the
+query's in at most ``R`` bits (the tag filter, :mod:`bucketsearch.index.mih_tables`); for a
+larger query the lines of every entry and code; and the line of an id when it is a result
+(or its bucket holds more than ``mih.PREFETCH_ITEMS`` candidates: the kernel prefetches
+those ids). Queries as
 bench_small_radii.py's (0-3 bits flipped from a stored code, a quarter each). Prints lines per
 query and the batch's working set (distinct lines) for each layout:
 
@@ -18,8 +22,9 @@ import argparse
 import numpy as np
 
 from bench_small_radii import make_queries
-from bucketsearch.index.mih import PREFETCH_ITEMS, MultiIndex
-from bucketsearch.index.mih_tables import T_BASE, T_DIRECT, T_MASK, T_SHIFT
+from bucketsearch.index.mih import PREFETCH_ITEMS, SMALL_QUERY, MultiIndex
+from bucketsearch.index.mih_tables import (T_BASE, T_DIRECT, T_MASK, T_ROW_BITS, T_SHIFT,
+                                           T_TAG_BITS, T_TAG_SHIFT)
 from bucketsearch.index.synth import uniform_codes
 
 LINE = 64
@@ -33,21 +38,34 @@ def count_lines(index: MultiIndex, xq: np.ndarray, R: int) -> tuple[float, float
         raise SystemExit("the count covers direct tables only (uniform codes of 1M and more)")
     starts = index.tables.starts.astype(np.int64)
     positions = index.tables.positions.astype(np.int64)
+    rb = int(tables[0, T_ROW_BITS])
     words = index.words[:, 0]
     old_all, new_all = set(), set()
     old_sum = new_sum = 0
     for q in (int(v) for v in xq[:, 0]):
         old, new = set(), set()
+        buckets = []
         for j in range(R + 1):
             key = (q >> int(tables[j, T_SHIFT])) & int(np.uint64(tables[j, T_MASK]))
             s = int(tables[j, T_BASE]) + key
             old.add(("starts", s * 4 // LINE))
             new.add(("starts", s * 4 // LINE))
-            lo, hi = starts[s], starts[s + 1]
+            buckets.append((starts[s], starts[s + 1]))
+        small = sum(hi - lo for lo, hi in buckets) <= SMALL_QUERY
+        for j, (lo, hi) in enumerate(buckets):
+            tb = int(tables[j, T_TAG_BITS])
+            qtag = (q >> int(tables[j, T_TAG_SHIFT])) & ((1 << tb) - 1)
             for e in range(j * n + lo, j * n + hi):
                 old.add(("entries", e * 16 // LINE))
-                p = positions[e]
+                if j == 0 and small:  # table 0: rows
+                    new.add(("words", e * 8 // LINE))
+                    if bin(q ^ int(words[e])).count("1") <= R:
+                        new.add(("ids", e * 8 // LINE))
+                    continue
+                p = positions[e] & ((1 << rb) - 1)
                 new.add(("positions", e * 4 // LINE))
+                if small and bin((positions[e] >> rb) ^ qtag).count("1") > R:
+                    continue  # the tag filter: neither code nor id read
                 new.add(("words", p * 8 // LINE))
                 if bin(q ^ int(words[p])).count("1") <= R or hi - lo > PREFETCH_ITEMS:
                     new.add(("ids", p * 8 // LINE))

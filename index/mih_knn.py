@@ -16,6 +16,9 @@ probe is :func:`~bucketsearch.index.mih_tables.bucket` written out, a hashed tab
 ending at its end bit, the bucket's items ``words[positions[t]]``, their ids read only for an
 item that enters the top-k), except table 0's: its bucket ``lo:hi`` is the rows ``lo:hi`` of
 the (code, id)-sorted items, read in row order (codes and ids in sequence, no position). An
+entry's tag (:mod:`index.mih_tables`) bounds its item's distance from below by ``s +
+popcount(tag XOR the query's tag)``: past the k-th distance held (or ``max_radius``), the
+item's code is not read (not with statistics, which count every candidate's first visit). An
 item met in several tables is deduplicated at insertion into the top-k (sorted by (distance,
 id), a copy is the entry just before its insertion point); one evicted from the top-k would be
 rejected again; so the order in which candidates come does not change the answer. No visit
@@ -68,7 +71,8 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
                                         UNIQUE_CANDIDATES, chunk_result)
 from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
-                                           T_MASK, T_SHIFT, T_SLOTS)
+                                           T_MASK, T_ROW_BITS, T_SHIFT, T_SLOTS, code_tag,
+                                           entry_row, row_mask)
 from bucketsearch.index.table import HASH_MULTIPLIER
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
@@ -142,6 +146,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
     sub_shift = np.empty(m, dtype=np.uint64)
     sub_mask = np.empty(m, dtype=np.uint64)
     end_base = np.zeros(m, dtype=np.int64)  # table j's first end bit (ends_bit_base)
+    rmask = row_mask(tables)
+    rb = np.uint64(tables[0, T_ROW_BITS])
     eb = 0
     for j in range(m):
         sub_shift[j] = np.uint64(tables[j, T_SHIFT])
@@ -302,8 +308,8 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                                         g = end_base[jb] + cand
                                         wi = g >> 6
                                         bits = ends[wi] >> np.uint64(g & 63)
-                                        pc = cand if jb == 0 else np.int64(
-                                            positions[jb * n + cand])  # table 0: rows
+                                        pc = cand if jb == 0 else entry_row(
+                                            positions, jb * n + cand, rmask)  # table 0: rows
                                         if (words[pc, 0] >> sub_shift[jb]) & sub_mask[jb] \
                                                 == key:
                                             if bits == np.uint64(0):
@@ -343,9 +349,10 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             continue
                         for t in range(spans[2 * bi], min(spans[2 * bi + 1],
                                                           spans[2 * bi] + PREFETCH_ITEMS)):
-                            prefetch(words, positions[t])
+                            prefetch(words, entry_row(positions, t, rmask))
                 # pass 2: verify the items of this step's buckets (table 0's in row order)
                 rows = j == 0
+                qtag = code_tag(q, j, tables)
                 b1 = R + 1 if R < n_pre else nk
                 for bi in range(b0, b1):
                     lo = spans[2 * bi]
@@ -354,7 +361,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                     if ba < b1 and not rows:
                         for t in range(spans[2 * ba], min(spans[2 * ba + 1],
                                                           spans[2 * ba] + PREFETCH_ITEMS)):
-                            prefetch(words, positions[t])
+                            prefetch(words, entry_row(positions, t, rmask))
                     if hi > lo:
                         nonempty += 1
                     cands += hi - lo
@@ -363,8 +370,14 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             p = np.uint64(t)  # unsigned: no wraparound test
                         else:
                             if t + PREFETCH_ITEMS < hi:  # the bucket's later codes, ahead
-                                prefetch(words, positions[t + PREFETCH_ITEMS])
-                            p = np.uint64(positions[t])
+                                prefetch(words, entry_row(positions, t + PREFETCH_ITEMS, rmask))
+                            e = np.uint64(positions[t])
+                            # the tag filter (not with statistics, which count every code):
+                            # d >= s + the tag's differing bits; past the k-th, not read
+                            if not with_stats and \
+                                    s + popcount64((e >> rb) ^ qtag) > bound:
+                                continue
+                            p = e & rmask
                         diff = q ^ words[p, 0]
                         d = popcount64(diff)
                         if with_stats:

@@ -5,10 +5,11 @@ The items are stored once, sorted by (code, id): ``words`` ``(n, W)`` uint64 and
 scan). Substring table ``j`` (bits ``start_j .. start_j + w_j`` of the code, see
 :func:`bucketsearch.index.mih.substring_ranges`) is:
 
-* ``positions[j * n:(j + 1) * n]``: every item's position in ``words`` / ``ids``, ordered by
-  (substring ``j``, id), so a substring value's *bucket* is one run ``lo:hi`` of it, its ids
-  ascending (the exact kernel's results come as runs of ascending ids, merged, not sorted).
-  uint32 below 2^32 items, else uint64 (:func:`position_dtype`);
+* ``positions[j * n:(j + 1) * n]``: every item's entry, its position (row) in ``words`` /
+  ``ids`` and its tag (below), ordered by (substring ``j``, id), so a substring value's
+  *bucket* is one run ``lo:hi`` of it, its ids ascending (the exact kernel's results come
+  as runs of ascending ids, merged, not sorted). uint32 below 2^32 items, else uint64
+  (:func:`position_dtype`);
 * a lookup from a substring value to its bucket, one of:
 
   - **direct** (``w_j <= 16``, or ``w_j <= DIRECT_MAX_BITS`` with
@@ -24,6 +25,20 @@ scan). Substring table ``j`` (bits ``start_j .. start_j + w_j`` of the code, see
     lookup knows a bucket's size without reading past it (reading the item after the bucket
     was a random load per lookup).
 
+**Entries and tags.** An entry of a table is the item's row in its low ``T_ROW_BITS = max(1,
+bit_length(n))`` bits and, in the spare bits above them, the table's *tag* of the item: the
+``T_TAG_BITS`` code bits from bit ``T_TAG_START`` (table ``j < m - 1``: the bits just after
+its substring; the last table: the code's first bits), as many as the spare bits hold, at
+most :data:`TAG_MAX_BITS` (one-word codes only; uint32 entries: 12 bits at 1M items, 8 at
+10M, 5 at 100M). The tag's bits lie outside substring ``j``, so an item met in table ``j``
+at substring distance ``s`` from the query is at distance ``>= s + popcount(tag XOR the
+query's tag)``: a search discards a candidate whose bound exceeds its radius (or its k-th
+distance) from the entry alone, without reading the item's code (:func:`code_tag`; the
+exact kernel of :mod:`bucketsearch.index.mih` and :mod:`bucketsearch.index.mih_knn`). A
+uniform non-result of a radius-1 search passes a 12-bit tag with probability 13/4096. The
+row of an entry is ``entry & row_mask`` (:func:`entry_row`, :meth:`SubstringTables.rows`);
+tables saved before the tags (10 columns) are read with none (:func:`with_tag_columns`).
+
 Table 0's substring is the code's leading bits, so its bucket ``lo:hi`` is also the rows
 ``lo:hi`` of the (code, id)-sorted items (only the order inside the bucket differs): a search
 that needs the items in code order reads them there, with no position.
@@ -37,7 +52,8 @@ Per-table metadata is one ``(m, T_COLUMNS)`` int64 array ``tables`` (columns ``T
 hashed tables' slots, filters and end bits concatenated in ``slots``, ``bitmap`` and ``ends``,
 the direct tables' bucket starts in ``starts``.
 
-Build (:func:`build_tables`): the positions in id order (:func:`positions_by_id`: none when
+Build (:func:`build_tables`; every entry tagged as it is written, from the codes read in
+order: :func:`tagged`): the positions in id order (:func:`positions_by_id`: none when
 the ids increase with the positions, and then table 0, whose substring is the code's leading
 bits, is the items' own order; one scatter when the ids are consecutive integers in any order;
 else an LSD radix sort of the ids) and the codes in that order (a build's input when its ids
@@ -58,7 +74,10 @@ table is merged value by value (its bucket ``v`` is ``starts[v]:starts[v + 1]``,
 read, the new starts written in order), ids compared only between a bucket's old items and a
 new item whose id is below the largest old one (an upsert's: a bulk add reads none). The
 lookup is then filled from the merged bucket starts or keys as a build fills it: the same
-arrays, bit for bit. Its random reads are one ``remap`` load per old item and table, against
+arrays, bit for bit. An old item's tag is read from its code where the merge reads the code
+(hashed tables), else cut from its old tag (its first bits: more items, narrower tags), else
+read from its code (fewer items across a power of two, or an old table saved with no tag).
+Its random reads are one ``remap`` load per old item and table, against
 the counting sort's two random passes, and it is prefetched (:data:`MERGE_PREFETCH`); 10M
 items, one thread: 0.48x a build's CPU time with 2M new items, 0.26x with 100k
 (bench/RESULTS.md section 35).
@@ -86,12 +105,17 @@ DIRECT_PER_DISTINCT = 8
 COUNTING_MAX_FACTOR = 4
 #: old table entries ahead whose merged row (``remap``) a merge prefetches
 MERGE_PREFETCH = 32
+#: at most this many bits of a table's entries hold its tag (module docstring)
+TAG_MAX_BITS = 16
 #: columns of ``tables``: direct or hashed, the offset of its starts (direct) or slots (hashed)
 #: in the concatenated arrays, the slot count, the filter's offset and word count, the
-#: fingerprint bits, the one-word substring shift and mask, the substring's first bit and width
+#: fingerprint bits, the one-word substring shift and mask, the substring's first bit and
+#: width; the bits of an entry's row, the tag's width, first bit and one-word shift. Tables
+#: saved with the first 10 columns (no tag) are read by :func:`with_tag_columns`.
 (T_DIRECT, T_BASE, T_SLOTS, T_BITMAP, T_BITMAP_WORDS, T_FP_BITS, T_SHIFT, T_MASK, T_START,
- T_WIDTH) = range(10)
-T_COLUMNS = 10
+ T_WIDTH, T_ROW_BITS, T_TAG_BITS, T_TAG_START, T_TAG_SHIFT) = range(14)
+T_COLUMNS = 14
+UNTAGGED_COLUMNS = 10
 
 
 def position_dtype(n: int) -> type:
@@ -127,6 +151,30 @@ def substring_of(words, p, start, width, word_width):
                 val = seg
         w += 1
     return val
+
+
+@njit(inline="always")
+def row_mask(tables):
+    """The row bits of a table entry (``entry & row_mask``; the tag is ``entry >> row_bits``)."""
+    return (np.uint64(1) << np.uint64(tables[0, T_ROW_BITS])) - np.uint64(1)
+
+
+@njit(inline="always")
+def code_tag(code, j, tables):
+    """Table ``j``'s tag of the one-word ``code``: its ``T_TAG_BITS`` bits from
+    ``T_TAG_START`` (0 when the table has no tag)."""
+    tb = np.uint64(tables[j, T_TAG_BITS])
+    return (code >> np.uint64(tables[j, T_TAG_SHIFT])) & ((np.uint64(1) << tb) - np.uint64(1))
+
+
+@njit(inline="always")
+def tagged(row, words, i, j, tables):
+    """Table ``j``'s entry of the item at ``row`` whose code is ``words[i]``: ``row | tag <<
+    row_bits``."""
+    if tables[j, T_TAG_BITS] == 0:
+        return np.uint64(row)
+    return np.uint64(row) | (code_tag(words[i, 0], j, tables)
+                             << np.uint64(tables[j, T_ROW_BITS]))
 
 
 @njit(inline="always")
@@ -182,7 +230,8 @@ def bucket(key, j, tables, starts, slots, bitmap, positions, ends, words, word_w
             return np.int64(0), np.int64(0)
         if (e & fp_mask) == fp:
             lo = np.int64(e >> fpb) - 1
-            if item_substring(words, np.int64(positions[pb + lo]), j, tables, word_width) == key:
+            p = np.int64(np.uint64(positions[pb + lo]) & row_mask(tables))
+            if item_substring(words, p, j, tables, word_width) == key:
                 return lo, next_end(ends, eb + lo) - eb + 1
         sl += np.uint64(1)
         if sl == n_slots:
@@ -268,13 +317,22 @@ def _counting_sort(id_words, j, tables, word_width, counts, out, by_id):
     for i in range(n):
         s = item_substring(id_words, i, j, tables, word_width)
         t = counts[s]
-        out[t] = i if ident else by_id[i]
+        out[t] = tagged(i if ident else by_id[i], id_words, i, j, tables)
         counts[s] = t + 1
     # counts[s] is now the end of value s's bucket, the start of s + 1's: shift back one
     for c in range(len(counts) - 1, 0, -1):
         counts[c] = counts[c - 1]
     counts[0] = 0
     return distinct
+
+
+@njit
+def _tag_entries(id_words, by_id, j, tables, out):
+    """``out[i]``: table ``j``'s entry of the ``i``-th item in id order (row ``by_id[i]``, or
+    ``i`` when ``by_id`` is empty), whose code is ``id_words[i]`` (:func:`tagged`)."""
+    ident = len(by_id) == 0
+    for i in range(id_words.shape[0]):
+        out[i] = tagged(i if ident else by_id[i], id_words, i, j, tables)
 
 
 @njit
@@ -353,18 +411,45 @@ def is_direct(width: int, distinct: int) -> bool:
                            and (1 << width) <= DIRECT_PER_DISTINCT * max(distinct, 1))
 
 
-def table_rows(bits: int, starts: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """``tables`` with the substring columns set (one-word shift and mask, first bit, width)."""
+def row_bits(n: int) -> int:
+    """Bits of a row number below ``n`` in a table entry."""
+    return max(1, int(n).bit_length())
+
+
+def table_rows(bits: int, starts: np.ndarray, widths: np.ndarray, n: int) -> np.ndarray:
+    """``tables`` of ``n`` items with the substring columns set (one-word shift and mask,
+    first bit, width) and the tag columns (module docstring): table ``j`` < ``m - 1`` tags
+    the bits after its substring, the last table the code's first bits, as many as its
+    entries' spare bits hold (at most :data:`TAG_MAX_BITS`; none for codes over 64 bits)."""
     m = len(widths)
     tables = np.zeros((m, T_COLUMNS), dtype=np.int64)
     word0 = min(bits, 64)
+    rb = row_bits(n)
+    spare = 8 * np.dtype(position_dtype(n)).itemsize - rb
     for j in range(m):
         w, s = int(widths[j]), int(starts[j])
         tables[j, T_START], tables[j, T_WIDTH] = s, w
+        tables[j, T_ROW_BITS] = rb
         if bits <= 64:
             tables[j, T_SHIFT] = word0 - s - w
             tables[j, T_MASK] = np.int64(np.uint64((1 << w) - 1).view(np.int64))
+            tag_start, room = (s + w, bits - s - w) if j < m - 1 else (0, s)
+            tb = min(spare, TAG_MAX_BITS, room)
+            if tb > 0:
+                tables[j, T_TAG_BITS], tables[j, T_TAG_START] = tb, tag_start
+                tables[j, T_TAG_SHIFT] = word0 - tag_start - tb
     return tables
+
+
+def with_tag_columns(tables: np.ndarray, n: int) -> np.ndarray:
+    """``tables`` saved before the tags (:data:`UNTAGGED_COLUMNS` columns: entries are rows)
+    with the tag columns added, no tag; others as they are."""
+    if tables.shape[1] != UNTAGGED_COLUMNS:
+        return tables
+    out = np.zeros((tables.shape[0], T_COLUMNS), dtype=np.int64)
+    out[:, :UNTAGGED_COLUMNS] = tables
+    out[:, T_ROW_BITS] = row_bits(n)
+    return out
 
 
 class SubstringTables:
@@ -380,6 +465,14 @@ class SubstringTables:
 
     def arrays(self) -> dict:
         return {name: getattr(self, name) for name in self.ARRAYS}
+
+    def rows(self, j: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Table ``j``'s entries ``lo:hi`` as rows of the items (int64; tags removed)."""
+        n = len(self.positions) // max(1, len(self.tables))
+        hi = n if hi is None else hi
+        rb = int(self.tables[0, T_ROW_BITS])
+        part = self.positions[j * n + lo:j * n + hi].astype(np.int64)
+        return part & ((1 << rb) - 1)
 
     @property
     def direct(self) -> list[bool]:
@@ -430,7 +523,7 @@ def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_d
     w = int(tables[j, T_WIDTH])
     counts = None
     if j == 0 and len(by_id) == 0:  # the leading bits, ids increasing: the items' order
-        out[:] = np.arange(n, dtype=pdt)
+        _tag_entries(words, by_id, j, tables, out)
         keys = _all_substrings(words, j, tables, word_width)
         nd = _run_count(keys)
     elif _counts_fit(w, n):
@@ -438,8 +531,10 @@ def _build_table(j: int, words, id_words, by_id, tables, word_width, out, slot_d
         nd = _counting_sort(id_words, j, tables, word_width, counts, out, by_id)
         keys = None
     else:
-        keys, order = sort_pairs(_all_substrings(id_words, j, tables, word_width),
-                                 by_id if len(by_id) else np.arange(n, dtype=pdt))
+        entries = np.empty(n, dtype=pdt)
+        _tag_entries(id_words, by_id, j, tables, entries)
+        keys, order = sort_pairs(_all_substrings(id_words, j, tables, word_width), entries)
+        del entries
         out[:] = order
         del order
         nd = _run_count(keys)
@@ -493,7 +588,7 @@ def build_tables(bits: int, words: np.ndarray, ids: np.ndarray, sub_starts: np.n
     gathered)."""
     n = words.shape[0]
     m = len(sub_widths)
-    tables = table_rows(bits, sub_starts, sub_widths)
+    tables = table_rows(bits, sub_starts, sub_widths, n)
     pdt = position_dtype(n)
     positions = np.empty(m * n, dtype=pdt)
     # the positions in id order, unless the ids increase with them, and the codes in that
@@ -560,44 +655,54 @@ def merge_remap(old_ids: np.ndarray, dropped: np.ndarray, ids: np.ndarray):
     return remap, delta_rows
 
 
+@njit(inline="always")
+def entry_row(entries, t, mask):
+    """The row of ``entries[t]`` (its bits under ``mask``: :func:`row_mask`)."""
+    return np.int64(np.uint64(entries[t]) & mask)
+
+
 @njit
-def _merge_table(j, tables, old_positions, old_words, remap, delta_rows, delta_keys, low,
-                 ids, word_width, out, counts, keys_out):
-    """Table ``j`` of the merged items into ``out``: a linear merge of the old table's
-    positions ``old_positions`` (in (substring, id) order; each mapped to its merged row by
-    ``remap``, dropped ones, ``remap == len(ids)``, skipped; its substring read from
-    ``old_words``) with the new items' rows ``delta_rows`` sorted by (substring
-    ``delta_keys``, id); ids are read only to order an old item against a new item of the
-    same substring whose row is set in the bitmap ``low`` (its id is below the largest old
-    id: an upsert's; a bulk add's new ids are all above the old ones, so a bucket's new
-    items follow its old ones). Each emitted item's
-    substring goes into the histogram ``counts`` (``counts[s + 1] += 1``; when given) or
-    ``keys_out`` (table order). Returns the number of items placed."""
-    n0, d, n = len(old_positions), len(delta_rows), len(ids)
+def _merge_table(j, tables, old_positions, old_mask, old_words, remap, delta_entries,
+                 delta_keys, low, ids, word_width, out, counts, keys_out):
+    """Table ``j`` of the merged items (``tables``) into ``out``: a linear merge of the old
+    table's entries ``old_positions`` (in (substring, id) order; their rows ``entry &
+    old_mask``, each mapped to its merged row by ``remap``, dropped ones, ``remap ==
+    len(ids)``, skipped; its substring and tag read from ``old_words``) with the new items'
+    entries ``delta_entries`` sorted by (substring ``delta_keys``, id); ids are read only to
+    order an old item against a new item of the same substring whose row is set in the
+    bitmap ``low`` (its id is below the largest old id: an upsert's; a bulk add's new ids
+    are all above the old ones, so a bucket's new items follow its old ones). Each emitted
+    item's substring goes into the histogram ``counts`` (``counts[s + 1] += 1``; when given)
+    or ``keys_out`` (table order). Returns the number of items placed."""
+    n0, d, n = len(old_positions), len(delta_entries), len(ids)
     by_count = len(counts) > 0
+    mask = row_mask(tables)
     o = 0
     b = 0
     for t in range(n0):
         if t + MERGE_PREFETCH < n0:
-            prefetch(remap, np.int64(old_positions[t + MERGE_PREFETCH]))
-        p = np.int64(old_positions[t])
+            prefetch(remap, entry_row(old_positions, t + MERGE_PREFETCH, old_mask))
+        p = entry_row(old_positions, t, old_mask)
         r = np.int64(remap[p])
         if r == n:
             continue
         key = item_substring(old_words, p, j, tables, word_width)
         while b < d:
             dk = delta_keys[b]
-            if dk > key or (dk == key and not (len(low) and _has_bit(low, np.int64(delta_rows[b]))
-                                               and ids[np.int64(delta_rows[b])] < ids[r])):
+            if dk > key:
                 break
-            out[o] = delta_rows[b]
+            if dk == key:
+                row = np.int64(np.uint64(delta_entries[b]) & mask)
+                if not (len(low) and _has_bit(low, row) and ids[row] < ids[r]):
+                    break
+            out[o] = delta_entries[b]
             if by_count:
                 counts[dk + np.uint64(1)] += 1
             else:
                 keys_out[o] = dk
             o += 1
             b += 1
-        out[o] = r
+        out[o] = tagged(r, old_words, p, j, tables)
         if by_count:
             counts[key + np.uint64(1)] += 1
         else:
@@ -605,7 +710,7 @@ def _merge_table(j, tables, old_positions, old_words, remap, delta_rows, delta_k
         o += 1
     while b < d:
         dk = delta_keys[b]
-        out[o] = delta_rows[b]
+        out[o] = delta_entries[b]
         if by_count:
             counts[dk + np.uint64(1)] += 1
         else:
@@ -616,16 +721,23 @@ def _merge_table(j, tables, old_positions, old_words, remap, delta_rows, delta_k
 
 
 @njit
-def _merge_direct_table(old_positions, old_starts, remap, delta_rows, delta_keys, low, ids,
-                        out, starts):
+def _merge_direct_table(j, tables, old_tag_bits, old_positions, old_mask, old_words,
+                        old_starts, remap, delta_entries, delta_keys, low, ids, out, starts):
     """:func:`_merge_table` of an old table that is direct, value by value: bucket ``v``
     of the merged table is old bucket ``v`` (``old_starts[v]:old_starts[v + 1]``, dropped
     items skipped) merged by id with the new items whose substring is ``v``; ``starts``
     (``2^w + 1``) gets the merged table's bucket starts as it goes (sequential writes, no
-    histogram). Ids are read as in :func:`_merge_table` (``low``). Returns the number of
-    distinct values."""
-    n, d, n0 = len(ids), len(delta_rows), len(old_positions)
+    histogram). Ids are read as in :func:`_merge_table` (``low``). An old item's tag is its
+    old one's first bits (tags of ``old_tag_bits`` bits, as wide or wider), else read from
+    ``old_words``. Returns the number of distinct values."""
+    n, d, n0 = len(ids), len(delta_entries), len(old_positions)
     some_low = len(low) > 0
+    mask = row_mask(tables)
+    tb = tables[j, T_TAG_BITS]
+    from_old = old_tag_bits >= tb and (old_tag_bits > 0 or tb == 0)
+    cut = np.uint64(old_tag_bits - tb if from_old else 0)
+    old_rb = np.uint64(ctz64(~old_mask))
+    rb = np.uint64(tables[j, T_ROW_BITS])
     o = 0
     b = 0
     distinct = 0
@@ -636,20 +748,25 @@ def _merge_direct_table(old_positions, old_starts, remap, delta_rows, delta_keys
         key = np.uint64(v)
         for t in range(np.int64(old_starts[v]), np.int64(old_starts[v + 1])):
             if t + MERGE_PREFETCH < n0:
-                prefetch(remap, np.int64(old_positions[t + MERGE_PREFETCH]))
-            r = np.int64(remap[np.int64(old_positions[t])])
+                prefetch(remap, entry_row(old_positions, t + MERGE_PREFETCH, old_mask))
+            e = np.uint64(old_positions[t])
+            p = np.int64(e & old_mask)
+            r = np.int64(remap[p])
             if r == n:
                 continue
             while some_low and b < d and delta_keys[b] == key \
-                    and _has_bit(low, np.int64(delta_rows[b])) \
-                    and ids[np.int64(delta_rows[b])] < ids[r]:
-                out[o] = delta_rows[b]
+                    and _has_bit(low, np.int64(np.uint64(delta_entries[b]) & mask)) \
+                    and ids[np.int64(np.uint64(delta_entries[b]) & mask)] < ids[r]:
+                out[o] = delta_entries[b]
                 o += 1
                 b += 1
-            out[o] = r
+            if from_old:
+                out[o] = np.uint64(r) | (((e >> old_rb) >> cut) << rb)
+            else:
+                out[o] = tagged(r, old_words, p, j, tables)
             o += 1
         while b < d and delta_keys[b] == key:
-            out[o] = delta_rows[b]
+            out[o] = delta_entries[b]
             o += 1
             b += 1
         if o > first:
@@ -667,28 +784,31 @@ def _merged_table(j: int, tables, old: SubstringTables, old_words, remap, delta_
     n, pdt = len(ids), out.dtype
     w = int(tables[j, T_WIDTH])
     dkeys = _all_substrings(delta_words, j, tables, word_width)
-    drows = delta_rows
+    dent = np.empty(len(delta_rows), dtype=pdt)
+    _tag_entries(delta_words, delta_rows, j, tables, dent)
     if len(dkeys) > 1:
-        dkeys, drows = sort_pairs(dkeys, delta_rows)
+        dkeys, dent = sort_pairs(dkeys, dent)
     n0 = old_words.shape[0]
     old_positions = old.positions[j * n0:(j + 1) * n0]
+    old_mask = np.uint64((1 << int(old.tables[0, T_ROW_BITS])) - 1)
     if old.tables[j, T_DIRECT]:
         base = int(old.tables[j, T_BASE])
         old_starts = old.starts[base:base + (1 << w) + 1]
         starts = np.empty((1 << w) + 1, dtype=pdt)
-        nd = _merge_direct_table(old_positions, old_starts, remap, drows, dkeys, low, ids,
-                                 out, starts)
+        nd = _merge_direct_table(j, tables, int(old.tables[j, T_TAG_BITS]), old_positions,
+                                 old_mask, old_words, old_starts, remap, dent, dkeys, low,
+                                 ids, out, starts)
         if int(starts[-1]) != n:
             raise AssertionError(f"table {j}: the merge placed {int(starts[-1])} of {n} items")
         return _lookup_of(w, nd, starts, None, n, pdt, slot_dtype, fp_bits)
     by_count = _counts_fit(w, n)
     counts = np.zeros((1 << w) + 1 if by_count else 0, dtype=pdt)
     keys = np.empty(0 if by_count else n, dtype=np.uint64)
-    filled = _merge_table(j, tables, old_positions, old_words, remap, drows, dkeys, low, ids,
-                          word_width, out, counts, keys)
+    filled = _merge_table(j, tables, old_positions, old_mask, old_words, remap, dent, dkeys,
+                          low, ids, word_width, out, counts, keys)
     if filled != n:
         raise AssertionError(f"table {j}: the merge placed {filled} of {n} items")
-    del dkeys, drows
+    del dkeys, dent
     if by_count:
         nd = int(np.count_nonzero(counts[1:]))
         np.cumsum(counts, out=counts)
@@ -735,7 +855,7 @@ def merge_tables(bits: int, words: np.ndarray, ids: np.ndarray, old: SubstringTa
     tables :func:`build_tables` makes of the merged items."""
     n = words.shape[0]
     m = len(sub_widths)
-    tables = table_rows(bits, sub_starts, sub_widths)
+    tables = table_rows(bits, sub_starts, sub_widths, n)
     pdt = position_dtype(n)
     positions = np.empty(m * n, dtype=pdt)
     delta_rows = np.ascontiguousarray(delta_rows, dtype=pdt)
@@ -798,18 +918,22 @@ def _histogram(keys, counts):
 def table_values_at(words, positions, j, tables, word_width, at):
     """Table ``j``'s substring values at its positions ``at`` (a sample of the table)."""
     n = words.shape[0]
+    mask = row_mask(tables)
     out = np.empty(len(at), dtype=np.uint64)
     for k in range(len(at)):
-        out[k] = item_substring(words, np.int64(positions[j * n + at[k]]), j, tables, word_width)
+        p = np.int64(np.uint64(positions[j * n + at[k]]) & mask)
+        out[k] = item_substring(words, p, j, tables, word_width)
     return out
 
 
 @njit
 def _table_values(words, positions, j, tables, word_width):
     n = words.shape[0]
+    mask = row_mask(tables)
     out = np.empty(n, dtype=np.uint64)
     for t in range(n):
-        out[t] = item_substring(words, np.int64(positions[j * n + t]), j, tables, word_width)
+        out[t] = item_substring(words, np.int64(np.uint64(positions[j * n + t]) & mask), j,
+                                tables, word_width)
     return out
 
 
@@ -820,14 +944,16 @@ def run_sizes(words, positions, j, tables, word_width, at):
     way from the position, O(log bucket size) reads, no pass over the items."""
     n = words.shape[0]
     pb = j * n
+    mask = row_mask(tables)
     out = np.empty(len(at), dtype=np.int64)
     for k in range(len(at)):
         t = np.int64(at[k])
-        key = item_substring(words, np.int64(positions[pb + t]), j, tables, word_width)
+        key = item_substring(words, entry_row(positions, pb + t, mask), j, tables, word_width)
         inner, outer, step = t, np.int64(-1), np.int64(1)  # run starts in (outer, inner]
         while t - step >= 0:
             c = t - step
-            if item_substring(words, np.int64(positions[pb + c]), j, tables, word_width) < key:
+            if item_substring(words, entry_row(positions, pb + c, mask), j, tables,
+                              word_width) < key:
                 outer = c
                 break
             inner = c
@@ -835,7 +961,7 @@ def run_sizes(words, positions, j, tables, word_width, at):
         lo, hi = outer + 1, inner
         while lo < hi:
             mid = (lo + hi) >> 1
-            if item_substring(words, np.int64(positions[pb + mid]), j, tables,
+            if item_substring(words, entry_row(positions, pb + mid, mask), j, tables,
                               word_width) < key:
                 lo = mid + 1
             else:
@@ -844,7 +970,8 @@ def run_sizes(words, positions, j, tables, word_width, at):
         inner, outer, step = t, np.int64(n), np.int64(1)  # run ends in [inner + 1, outer]
         while t + step < n:
             c = t + step
-            if item_substring(words, np.int64(positions[pb + c]), j, tables, word_width) > key:
+            if item_substring(words, entry_row(positions, pb + c, mask), j, tables,
+                              word_width) > key:
                 outer = c
                 break
             inner = c
@@ -852,7 +979,7 @@ def run_sizes(words, positions, j, tables, word_width, at):
         lo, hi = inner + 1, outer
         while lo < hi:
             mid = (lo + hi) >> 1
-            if item_substring(words, np.int64(positions[pb + mid]), j, tables,
+            if item_substring(words, entry_row(positions, pb + mid, mask), j, tables,
                               word_width) <= key:
                 lo = mid + 1
             else:

@@ -195,7 +195,7 @@ def test_mih_tables_the_same_with_the_codes_in_id_order_given(n, spread, seed, s
     subs = [(words[:, 0] >> np.uint64(bits - s - w)) & np.uint64((1 << w) - 1)
             for s, w in zip(starts, widths)]
     for j in range(3):
-        assert (a.positions[j * n:(j + 1) * n] == np.lexsort((sorted_ids, subs[j]))).all()
+        assert (a.rows(j) == np.lexsort((sorted_ids, subs[j]))).all()
 
 
 @settings(max_examples=60, deadline=None)

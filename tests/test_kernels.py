@@ -658,4 +658,4 @@ def test_mih_build_orders_positions_and_items(n, spread, seed, shuffled):
     subs = index.substring_codes(index.words)
     for j in range(3):
         want = np.lexsort((index.ids, subs[:, j]))
-        assert (index.tables.positions[j * n:(j + 1) * n] == want).all()
+        assert (index.tables.rows(j) == want).all()

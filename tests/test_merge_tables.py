@@ -59,18 +59,33 @@ def merges(draw):
             _codes(rng, len(new_ids), bits, spread), new_ids)
 
 
+def untagged(tables, n):
+    """``tables`` as a snapshot saved before the tags has them, read back: entries are rows,
+    ``tables`` of 10 columns given their tag columns by ``with_tag_columns``."""
+    rb = int(tables.tables[0, mih_tables.T_ROW_BITS])
+    rows = tables.positions & tables.positions.dtype.type((1 << rb) - 1)
+    old = tables.tables[:, :mih_tables.UNTAGGED_COLUMNS]
+    return mih_tables.SubstringTables(rows, tables.starts, tables.slots, tables.bitmap,
+                                      mih_tables.with_tag_columns(old, n), tables.ends,
+                                      tables.distinct)
+
+
 @settings(max_examples=150, deadline=None)
-@given(case=merges(), threads=st.integers(1, 3))
-def test_merged_tables_are_the_tables_built_from_scratch(case, threads):
+@given(case=merges(), threads=st.integers(1, 3), old_format=st.booleans())
+def test_merged_tables_are_the_tables_built_from_scratch(case, threads, old_format):
     """Every array (positions, starts, slots, filters, end bits, table rows) and the distinct
     counts of the merged tables equal a build's of the merged items; the positions are the
-    (substring, id) order (twin: lexsort)."""
+    (substring, id) order (twin: lexsort). The old tables' tags are as wide as the merged
+    ones', wider, narrower (fewer items, across a power of two), or absent (a snapshot
+    saved before the tags)."""
     bits, m, old_codes, old_ids, dropped, new_codes, new_ids = case
     ww = np.array(word_widths(bits), dtype=np.int64)
     starts, widths = substring_ranges(bits, m)
     old_words, old_sorted_ids = sort_items(old_codes, old_ids)
     dropped_rows = np.isin(old_sorted_ids, old_ids[dropped])  # rows of the sorted items
     old = mih_tables.build_tables(bits, old_words, old_sorted_ids, starts, widths, ww)
+    if old_format:
+        old = untagged(old, len(old_sorted_ids))
     keep = ~dropped_rows
     if bits <= 64:
         words, ids = merge_items(old_words[keep], old_sorted_ids[keep], new_codes, new_ids)
@@ -95,7 +110,7 @@ def test_merged_tables_are_the_tables_built_from_scratch(case, threads):
         s, w = int(starts[j]), int(widths[j])
         subs = [int("".join(map(str, row[s:s + w])), 2) for row in unpacked]
         want_pos = sorted(range(n), key=lambda p: (subs[p], ids[p]))
-        assert got.positions[j * n:(j + 1) * n].tolist() == want_pos
+        assert got.rows(j).tolist() == want_pos
 
 
 def test_the_remap_refuses_items_that_are_not_a_merge():
@@ -107,6 +122,36 @@ def test_the_remap_refuses_items_that_are_not_a_merge():
     remap, rows = mih_tables.merge_remap(old, np.array([False, True, False]),
                                          np.array([1, 5, 9, 3]))
     assert remap.tolist() == [1, 4, 2] and rows.tolist() == [0, 3]
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("n0,n", [(65_000, 66_000), (66_000, 65_000)])
+def test_a_merge_across_a_power_of_two_changes_the_tags_width(m, n0, n):
+    """65,000 and 66,000 items lie either side of 2^16: 16 and 17 row bits, tags of 16 and 15
+    bits. Growing narrows the old tags (their first bits, direct tables of m = 4); shrinking
+    widens them (read from the codes); both the tables a build makes, direct and hashed."""
+    rng = np.random.default_rng(n0 + m)
+    bits = 64
+    ww = np.array(word_widths(bits), dtype=np.int64)
+    starts, widths = substring_ranges(bits, m)
+    old_words, old_ids = sort_items(_codes(rng, n0, bits, 64), np.arange(n0, dtype=np.int64))
+    old = mih_tables.build_tables(bits, old_words, old_ids, starts, widths, ww)
+    dropped = np.zeros(n0, dtype=bool)
+    if n < n0:
+        dropped[rng.choice(n0, n0 - n, replace=False)] = True
+        new_codes, new_ids = old_words[:0], old_ids[:0]
+    else:
+        new_codes = _codes(rng, n - n0, bits, 64)
+        new_ids = np.arange(n0, n, dtype=np.int64)
+    words, ids = merge_items(old_words[~dropped], old_ids[~dropped], new_codes, new_ids)
+    got = mih_tables.merge_tables(bits, words, ids, old, old_words,
+                                  *mih_tables.merge_remap(old_ids, dropped, ids), starts,
+                                  widths, ww)
+    want = mih_tables.build_tables(bits, words, ids, starts, widths, ww)
+    tag_bits = mih_tables.T_TAG_BITS
+    assert list(old.tables[:, tag_bits]) != list(want.tables[:, tag_bits])
+    for name, a in want.arrays().items():
+        assert (a == got.arrays()[name]).all(), name
 
 
 def _snapshot_arrays(live: LiveIndex) -> dict:

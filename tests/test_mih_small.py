@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from bucketsearch.index.base import ResultLimitError
 from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _insertion_sort_pairs,
                                     _merge_sub_runs, substring_ranges)
-from bucketsearch.index.mih_tables import T_DIRECT, bucket_ends, ends_bit_base
+from bucketsearch.index.mih_tables import (T_DIRECT, T_ROW_BITS, T_TAG_BITS, T_TAG_START,
+                                           TAG_MAX_BITS, bucket_ends, ends_bit_base)
 from bucketsearch.index.codes import unpack_words
 from tests import naive
 from tests.test_small_radii import _data, _same, _substring_counts
@@ -52,7 +53,7 @@ def test_tables_hold_positions_by_substring_then_id(bits, m, n, data):
     assert t.positions.dtype == np.uint32 and t.positions.shape == (m * n,)
     for j in range(m):
         order, subs = table_twin(index.words, index.ids, bits, m, j)
-        assert (t.positions[j * n:(j + 1) * n] == order).all()
+        assert (t.rows(j) == order).all()
         assert t.distinct[j] == len(np.unique(subs))
         assert (index.distinct_substrings(j) == np.unique(subs)).all()
         probe = np.unique(np.concatenate([subs, subs ^ np.uint64(1), [np.uint64(0)]]))
@@ -63,6 +64,32 @@ def test_tables_hold_positions_by_substring_then_id(bits, m, n, data):
     assert index.memory_bytes() == sum(a.nbytes for a in (
         index.words, index.ids, t.positions, t.starts, t.slots, t.bitmap, t.tables, t.ends))
     _check_end_bits(index)
+    check_tags(index)
+
+
+def check_tags(index):
+    """Every entry of table ``j`` is its row in the bits below ``T_ROW_BITS`` (``max(1,
+    bit_length(n))``) and its table's tag above them: the code's ``T_TAG_BITS`` bits from
+    ``T_TAG_START`` (twin: the code's bits unpacked), outside substring ``j`` (after it, the
+    last table's before it), as many as the entry's spare bits hold, at most TAG_MAX_BITS,
+    none over 64 bits."""
+    t, n, bits, m = index.tables, index.ntotal, index.bits, index.substrings
+    rb = int(t.tables[0, T_ROW_BITS])
+    assert rb == max(1, n.bit_length()) and (t.tables[:, T_ROW_BITS] == rb).all()
+    unpacked = unpack_words(index.words, bits).astype(np.uint64)
+    spare = 8 * t.positions.dtype.itemsize - rb
+    for j in range(m):
+        s, w = int(index.sub_starts[j]), int(index.sub_widths[j])
+        room = bits - s - w if j < m - 1 else s
+        tb, ts = int(t.tables[j, T_TAG_BITS]), int(t.tables[j, T_TAG_START])
+        assert tb == (min(spare, TAG_MAX_BITS, room) if bits <= 64 else 0)
+        assert tb == 0 or ts + tb <= s or ts >= s + w
+        entries = t.positions[j * n:(j + 1) * n].astype(np.uint64)
+        rows = (entries & np.uint64((1 << rb) - 1)).astype(np.int64)
+        want = np.zeros(n, dtype=np.uint64)
+        for c in range(tb):
+            want = (want << np.uint64(1)) | unpacked[rows, ts + c]
+        assert ((entries >> np.uint64(rb)) == want).all()
 
 
 def _check_end_bits(index):
@@ -77,7 +104,7 @@ def _check_end_bits(index):
         if t.tables[j, T_DIRECT]:
             continue
         base = ends_bit_base(t.tables, j, n)
-        col = subs[t.positions[j * n:(j + 1) * n].astype(np.int64), j]
+        col = subs[t.rows(j), j]
         want = np.append(col[1:] != col[:-1], True) if n else np.zeros(0, bool)
         assert (bits[base:base + n] == want).all()
         assert not bits[base + n:base + 64 * ((n + 63) // 64)].any()
@@ -370,6 +397,6 @@ def test_run_sizes_match_the_buckets(n, distinct, seed):
     for j in range(index.substrings):
         got = run_sizes(index.words, index.tables.positions, j, index.tables.tables,
                         index._word_width, at)
-        order = index.tables.positions[j * n:(j + 1) * n].astype(np.int64)
+        order = index.tables.rows(j)
         col = subs[order, j]
         assert got.tolist() == [int((col == v).sum()) for v in col.tolist()]
