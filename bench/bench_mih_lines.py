@@ -6,9 +6,9 @@ Per query and radius step ``j <= R`` (the exact path, ``R < m``): both read the 
 bucket's start (direct tables); the old layout then reads the lines of its bucket's entries
 ``j * n + lo .. j * n + hi``; the new one, for a query of at most ``mih.SMALL_QUERY``
 candidates, the lines of table 0's bucket as rows (codes; ids of results) and of the other
-buckets' entries, and the line of a candidate's code only when its tag differs from the
-query's in at most ``R`` bits (the tag filter, :mod:`bucketsearch.index.mih_tables`); for a
-larger query the lines of every entry and code; and the line of an id when it is a result
+buckets' entries; for one of at most ``mih.TAG_QUERY``, the line of a candidate's code only
+when its tag differs from the query's in at most ``R`` bits (the tag filter,
+:mod:`bucketsearch.index.mih_tables`); for a larger query the lines of every entry and code; and the line of an id when it is a result
 (or its bucket holds more than ``mih.PREFETCH_ITEMS`` candidates: the kernel prefetches
 those ids). Queries as
 bench_small_radii.py's (0-3 bits flipped from a stored code, a quarter each). Prints lines per
@@ -22,7 +22,7 @@ import argparse
 import numpy as np
 
 from bench_small_radii import make_queries
-from bucketsearch.index.mih import PREFETCH_ITEMS, SMALL_QUERY, MultiIndex
+from bucketsearch.index.mih import PREFETCH_ITEMS, SMALL_QUERY, TAG_QUERY, MultiIndex
 from bucketsearch.index.mih_tables import (T_BASE, T_DIRECT, T_MASK, T_ROW_BITS, T_SHIFT,
                                            T_TAG_BITS, T_TAG_SHIFT)
 from bucketsearch.index.synth import uniform_codes
@@ -51,7 +51,8 @@ def count_lines(index: MultiIndex, xq: np.ndarray, R: int) -> tuple[float, float
             old.add(("starts", s * 4 // LINE))
             new.add(("starts", s * 4 // LINE))
             buckets.append((starts[s], starts[s + 1]))
-        small = sum(hi - lo for lo, hi in buckets) <= SMALL_QUERY
+        size = sum(hi - lo for lo, hi in buckets)
+        small, tagged = size <= SMALL_QUERY, size <= TAG_QUERY
         for j, (lo, hi) in enumerate(buckets):
             tb = int(tables[j, T_TAG_BITS])
             qtag = (q >> int(tables[j, T_TAG_SHIFT])) & ((1 << tb) - 1)
@@ -64,7 +65,7 @@ def count_lines(index: MultiIndex, xq: np.ndarray, R: int) -> tuple[float, float
                     continue
                 p = positions[e] & ((1 << rb) - 1)
                 new.add(("positions", e * 4 // LINE))
-                if small and bin((positions[e] >> rb) ^ qtag).count("1") > R:
+                if tagged and bin((positions[e] >> rb) ^ qtag).count("1") > R:
                     continue  # the tag filter: neither code nor id read
                 new.add(("words", p * 8 // LINE))
                 if bin(q ^ int(words[p])).count("1") <= R or hi - lo > PREFETCH_ITEMS:

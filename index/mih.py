@@ -92,6 +92,11 @@ PREFETCH_ITEMS = 1
 #: A radius >= 1 query of the exact kernel with at most this many candidates writes its results
 #: in one run, ordered by insertion; more go to sub-runs merged by id (:func:`_merge_sub_runs`)
 SMALL_QUERY = 16
+#: A radius >= 1 query of the exact kernel with at most this many candidates skips those whose
+#: tag is over the radius (:mod:`index.mih_tables`; a sparse code's candidates, mostly not
+#: results: 10M uniform codes at radius 2 hold ~15); a larger query's (a cluster's, mostly
+#: results) are all read, without the tag's test (1.1-1.2x in the caches with it)
+TAG_QUERY = 64
 
 
 @njit
@@ -569,12 +574,12 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
 
     Radius >= 1: a bucket's candidates are read through their entries (``positions[j * n +
     t]``: the row, then the item's code in ``words``; its id only for a result). A query of
-    at most :data:`SMALL_QUERY` candidates (a sparse code's: mostly not results) reads table
-    0's bucket as the rows ``lo:hi`` (no entry), and skips an entry whose tag differs from
-    the query's in more than ``R`` bits (:mod:`index.mih_tables`: the item is then at
-    distance > ``R``; its code is neither prefetched nor read); a larger query reads every
-    code (its candidates are mostly results), and so does a search with statistics (they
-    count unique candidates by their codes). No visit bits: a
+    at most :data:`SMALL_QUERY` candidates reads table 0's bucket as the rows ``lo:hi`` (no
+    entry); one of at most :data:`TAG_QUERY` (a sparse code's: mostly not results) skips an
+    entry whose tag differs from the query's in more than ``R`` bits (:mod:`index.mih_tables`:
+    the item is then at distance > ``R``; its code is neither prefetched nor read); a larger
+    query reads every code (its candidates are mostly results), and so does a search with
+    statistics (they count unique candidates by their codes). No visit bits: a
     candidate of substring ``j`` was already met at an earlier step exactly when it also
     equals the query on one of the substrings ``0..j-1`` (a mask test on the XOR of the full
     codes, which verification computes anyway). Substring ``j`` of code ``v`` is ``(v >>
@@ -738,14 +743,14 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
         # pass 1b: the block's first candidates' codes and ids brought into the caches, through
         # their positions (prefetched by pass 1; loads that depend on one another, issued for
         # every lookup of the block before any is waited for)
-        # (and each query's tag limit: the filter serves a query of at most SMALL_QUERY
+        # (and each query's tag limit: the filter serves a query of at most TAG_QUERY
         # candidates, mostly not results; a larger one's are mostly results, read anyway)
         for qi in range(g_start, g_end if n > 0 else g_start):  # (reads position 0)
             c0 = 2 * (qi - g_start) * width
             size = 0
             for c in range(c0, c0 + 2 * width, 2):
                 size += spans[c + 1] - spans[c]
-            limit = tag_limit if size <= SMALL_QUERY else 64
+            limit = tag_limit if size <= TAG_QUERY else 64
             qlimit[qi - g_start] = limit
             for c in range(c0, c0 + 2 * width, 2):
                 lo = spans[c]
