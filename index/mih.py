@@ -71,7 +71,8 @@ from bucketsearch.index.table import HASH_MULTIPLIER
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
                                            T_MASK, T_ROW_BITS, T_SHIFT, T_SLOTS, T_START,
                                            T_WIDTH, SubstringTables, code_tag, entry_row,
-                                           row_mask, substring_of, with_tag_columns,
+                                           row_mask, substring_of, tag_distance,
+                                           with_tag_columns,
                                            bucket, build_tables, bucket_ends, distinct_values,
                                            ids_order_words, item_substring, run_sizes,
                                            table_rows, table_values_at)
@@ -763,7 +764,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 qtag = qtags[c >> 1]
                 for k in range(PREFETCH_ITEMS):  # no branch: past the bucket or tag, row 0
                     e = np.uint64(positions[lo + k if lo + k < hi else 0])
-                    p = np.int64(e & rmask) if popcount64((e >> rb) ^ qtag) <= limit else 0
+                    p = np.int64(e & rmask) if tag_distance(e, rb, qtag) <= limit else 0
                     prefetch(words, p)
                     prefetch(ids, p if big else 0)
         # pass 2: the candidates of each query, each result into its sub-run (table, distance),
@@ -804,7 +805,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                     qtag = qtags[c >> 1]
                     for t in range(spans[c] + PREFETCH_ITEMS, spans[c + 1]):
                         e = np.uint64(positions[t])
-                        if popcount64((e >> rb) ^ qtag) <= qlimit[qi + 1 - g_start]:
+                        if tag_distance(e, rb, qtag) <= qlimit[qi + 1 - g_start]:
                             p = np.int64(e & rmask)
                             prefetch(words, p)
                             prefetch(ids, p)
@@ -829,7 +830,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                         p = t
                     else:
                         e = np.uint64(positions[t])
-                        if check and popcount64((e >> rb) ^ qtag) > R:
+                        if check and tag_distance(e, rb, qtag) > R:
                             continue  # more than R of the tag's bits differ: not a result
                         p = np.int64(e & rmask)
                     diff = q ^ words[p, 0]

@@ -72,7 +72,7 @@ from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NON
 from bucketsearch.index.item_table import filter_word_bits, home_and_fingerprint
 from bucketsearch.index.mih_tables import (T_BASE, T_BITMAP, T_BITMAP_WORDS, T_DIRECT, T_FP_BITS,
                                            T_MASK, T_ROW_BITS, T_SHIFT, T_SLOTS, code_tag,
-                                           entry_row, row_mask)
+                                           entry_row, row_mask, tag_distance)
 from bucketsearch.index.table import HASH_MULTIPLIER
 #: Probes whose bucket ranges are looked up before their items are verified (pass 1, 2)
 SPAN_BLOCK = 64
@@ -375,7 +375,7 @@ def _mih_knn_kernel(xq, k, max_radius, widths, step_probes, max_probes, with_sta
                             # the tag filter (not with statistics, which count every code):
                             # d >= s + the tag's differing bits; past the k-th, not read
                             if not with_stats and \
-                                    s + popcount64((e >> rb) ^ qtag) > bound:
+                                    s + tag_distance(e, rb, qtag) > bound:
                                 continue
                             p = e & rmask
                         diff = q ^ words[p, 0]

@@ -89,7 +89,7 @@ from functools import partial
 
 import numpy as np
 
-from bucketsearch.index._jit import ctz64, njit, prefetch
+from bucketsearch.index._jit import ctz64, njit, popcount64, prefetch
 from bucketsearch.index.item_table import (FILTER_BITS_PER_CODE, SLOTS_PER_CODE,
                                            filter_word_bits, home_and_fingerprint, slot_layout)
 from bucketsearch.index.pool import run_lanes
@@ -165,6 +165,13 @@ def code_tag(code, j, tables):
     ``T_TAG_START`` (0 when the table has no tag)."""
     tb = np.uint64(tables[j, T_TAG_BITS])
     return (code >> np.uint64(tables[j, T_TAG_SHIFT])) & ((np.uint64(1) << tb) - np.uint64(1))
+
+
+@njit(inline="always")
+def tag_distance(entry, rb, qtag):
+    """Bits in which the tag of ``entry`` (above its ``rb`` row bits) differs from the query's
+    tag ``qtag``: a lower bound on the item's distance outside the table's substring."""
+    return popcount64((np.uint64(entry) >> rb) ^ qtag)
 
 
 @njit(inline="always")
@@ -692,7 +699,7 @@ def _merge_table(j, tables, old_positions, old_mask, old_words, remap, delta_ent
             if dk > key:
                 break
             if dk == key:
-                row = np.int64(np.uint64(delta_entries[b]) & mask)
+                row = entry_row(delta_entries, b, mask)
                 if not (len(low) and _has_bit(low, row) and ids[row] < ids[r]):
                     break
             out[o] = delta_entries[b]
@@ -755,8 +762,8 @@ def _merge_direct_table(j, tables, old_tag_bits, old_positions, old_mask, old_wo
             if r == n:
                 continue
             while some_low and b < d and delta_keys[b] == key \
-                    and _has_bit(low, np.int64(np.uint64(delta_entries[b]) & mask)) \
-                    and ids[np.int64(np.uint64(delta_entries[b]) & mask)] < ids[r]:
+                    and _has_bit(low, entry_row(delta_entries, b, mask)) \
+                    and ids[entry_row(delta_entries, b, mask)] < ids[r]:
                 out[o] = delta_entries[b]
                 o += 1
                 b += 1
