@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bucketsearch.index.hugepages import HUGE_PAGE, collapse  # noqa: F401 (HUGE_PAGE: tests)
+
 
 class SimulatedCrash(BaseException):
     """The process "died" at a storage call (raised by a plan with ``crash=True``); tests then
@@ -171,34 +173,10 @@ def _anonymous_bytes(size: int) -> np.ndarray:
     return np.frombuffer(mapping, dtype=np.uint8)
 
 
-#: ``madvise(MADV_COLLAPSE)``, Linux >= 6.1 (Python's ``mmap`` names it from 3.13 on)
-MADV_COLLAPSE = getattr(mmap, "MADV_COLLAPSE", 25)
 #: the mappings :func:`_anonymous_bytes` made that :func:`collapse_to_huge_pages` has not
 #: reached yet (weak: a mapping freed with its arrays leaves the set)
 _UNCOLLAPSED: weakref.WeakSet = weakref.WeakSet()
 _UNCOLLAPSED_LOCK = threading.Lock()
-
-
-#: a transparent huge page (x86-64, arm64 with 4 KiB pages)
-HUGE_PAGE = 2 << 20
-
-
-def _madvise_without_the_gil():
-    """libc's ``madvise(addr, length, advice)`` through ctypes, which lets go of the GIL for
-    the call (``mmap.madvise`` holds it: a 64 MiB collapse held every other thread, the
-    server's included, for its whole length; at 100M the first search after ready waited
-    2.6 s). None where libc has no ``madvise``."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.madvise
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    call.restype = ctypes.c_int
-    return call
-
-
-_MADVISE = _madvise_without_the_gil()
 
 
 def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
@@ -212,7 +190,7 @@ def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
     cost a load (bench/RESULTS.md section 38), off the restart's path, and gives searches back
     the TLB reach of huge pages. A refusal (a kernel before 6.1: EINVAL; no free huge page:
     EAGAIN, ENOMEM) leaves the rest of that mapping in 4 KiB pages, quietly; each mapping is
-    tried once."""
+    tried once (:func:`bucketsearch.index.hugepages.collapse`)."""
     done = 0
     while True:
         with _UNCOLLAPSED_LOCK:
@@ -220,16 +198,10 @@ def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
                 mapping = _UNCOLLAPSED.pop()  # one at a time: no list keeping the others alive
             except KeyError:
                 return done
-        address = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
-        first = -address % HUGE_PAGE  # the 2 MiB pages wholly inside the mapping
-        end = len(mapping) - (address + len(mapping)) % HUGE_PAGE
-        for start in range(first, end, step):
-            if not keep_going():
-                return done
-            length = min(step, end - start)
-            if _MADVISE is None or _MADVISE(address + start, length, MADV_COLLAPSE) != 0:
-                break  # this mapping stays as it is; the next one is tried
-            done += length
+        done += collapse(np.frombuffer(mapping, dtype=np.uint8).ctypes.data, len(mapping),
+                         step, keep_going)
+        if not keep_going():
+            return done
         del mapping  # its arrays may be freed now (a merge replaced them)
 
 

@@ -1,0 +1,146 @@
+"""Huge pages for the engines' arrays (index/hugepages.py): values kept, whole pages only,
+mappings left to the restart's thread, and an engine's arrays in huge pages after its build."""
+from __future__ import annotations
+
+import mmap
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bucketsearch.index import hugepages
+from bucketsearch.index._jit import njit
+from bucketsearch.index.hugepages import HUGE_PAGE, collapse, collapse_arrays, over_a_mapping
+from bucketsearch.index.mih import MultiIndex
+from bucketsearch.index.probe import HammingIndex
+from bucketsearch.index.synth import uniform_codes
+
+
+def vmas_with_huge_pages() -> list[tuple[int, int, int]]:
+    """``(start, end, AnonHugePages bytes)`` of each mapping of this process (/proc/self/smaps)."""
+    out = []
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            a, b = (int(x, 16) for x in head[0].split("-"))
+            out.append([a, b, 0])
+        elif head and head[0] == "AnonHugePages:":
+            out[-1][2] = int(head[1]) << 10
+    return [tuple(v) for v in out]
+
+
+def whole_page_span(array: np.ndarray) -> tuple[int, int]:
+    address = array.ctypes.data
+    first = address + (-address % HUGE_PAGE)
+    end = (address + array.nbytes) - (address + array.nbytes) % HUGE_PAGE
+    return first, max(first, end)
+
+
+def whole_pages(array: np.ndarray) -> int:
+    first, end = whole_page_span(array)
+    return end - first
+
+
+def collapses_here() -> bool:
+    """MADV_COLLAPSE works on this kernel (Linux >= 6.1, huge pages not 'never')."""
+    a = np.arange((3 * HUGE_PAGE) // 8, dtype=np.int64)
+    return collapse(a.ctypes.data, a.nbytes) > 0
+
+
+def test_collapse_keeps_the_values_and_counts_whole_pages_only():
+    a = np.arange((5 * HUGE_PAGE) // 8 + 3, dtype=np.int64)[1:]  # unaligned both ends
+    want = a.copy()
+    done = collapse(a.ctypes.data, a.nbytes, step=HUGE_PAGE)
+    assert done % HUGE_PAGE == 0 and done <= whole_pages(a)
+    assert np.array_equal(a, want)
+    assert collapse(a.ctypes.data, HUGE_PAGE - 8) == 0  # no whole page inside
+    assert collapse(a.ctypes.data, a.nbytes, keep_going=lambda: False) == 0
+
+
+def test_collapse_stops_at_a_refusal(monkeypatch):
+    calls = []
+
+    def refuse(address, length, advice):
+        calls.append((address, length, advice))
+        return -1
+
+    monkeypatch.setattr(hugepages, "_MADVISE", refuse)
+    a = np.zeros((6 * HUGE_PAGE) // 8, dtype=np.int64)
+    assert collapse(a.ctypes.data, a.nbytes, step=HUGE_PAGE) == 0
+    assert len(calls) == 1 and calls[0][2] == hugepages.MADV_COLLAPSE
+
+
+def test_arrays_over_a_mapping_are_left_alone(tmp_path, monkeypatch):
+    anonymous = mmap.mmap(-1, 4 * HUGE_PAGE)
+    on_anonymous = np.frombuffer(anonymous, dtype=np.int64)
+    path = tmp_path / "a.bin"
+    path.write_bytes(bytes(4 * HUGE_PAGE))
+    on_file = np.memmap(path, dtype=np.int64, mode="r")
+    plain = np.zeros((4 * HUGE_PAGE) // 8, dtype=np.int64)
+    assert over_a_mapping(on_anonymous) and over_a_mapping(on_anonymous[8:].reshape(-1, 2))
+    assert over_a_mapping(on_file) and over_a_mapping(on_file[1:])
+    assert not over_a_mapping(plain) and not over_a_mapping(plain[3:])
+    seen = []
+    monkeypatch.setattr(hugepages, "collapse", lambda address, length: seen.append(address) or 0)
+    small = np.zeros(100, dtype=np.int64)
+    collapse_arrays([on_anonymous, on_file, plain, small])
+    assert seen == [plain.ctypes.data]
+    del on_anonymous, on_file
+    anonymous.close()
+
+
+def assert_in_huge_pages(arrays) -> None:
+    """Each mapping holds in huge pages at least the whole 2 MiB pages of the large arrays in
+    it (smaps counts huge pages per mapping, not per range)."""
+    spans = [whole_page_span(a) for a in arrays if a.nbytes >= hugepages.COLLAPSE_MIN_BYTES]
+    assert spans
+    for lo, hi, huge in vmas_with_huge_pages():
+        need = sum(max(0, min(hi, e) - max(lo, f)) for f, e in spans)
+        assert huge >= need, (hex(lo), hex(hi), huge, need)
+
+
+@njit
+def _filled_by_numba(n):
+    out = np.empty(n, dtype=np.int64)  # Numba's allocator: no madvise(MADV_HUGEPAGE)
+    for i in range(n):
+        out[i] = i
+    return out
+
+
+needs_collapse = pytest.mark.skipif(
+    not collapses_here(), reason="no MADV_COLLAPSE here (Linux < 6.1, or transparent huge "
+    "pages 'never')")
+
+
+@needs_collapse
+def test_an_array_numba_allocated_is_in_huge_pages_after_collapse_arrays():
+    a = _filled_by_numba((16 << 20) // 8 + 1)
+    assert collapse_arrays([a]) == whole_pages(a)
+    assert_in_huge_pages([a])
+    assert np.array_equal(a[:: 1 << 16], np.arange(0, len(a), 1 << 16))
+
+
+@needs_collapse
+@pytest.mark.parametrize("engine", [HammingIndex, MultiIndex])
+def test_an_engine_holds_its_large_arrays_in_huge_pages_after_a_build(engine, monkeypatch):
+    """Every array of at least COLLAPSE_MIN_BYTES that the built engine holds went through
+    collapse_arrays (the real one), and is in huge pages."""
+    module = sys.modules[engine.__module__]
+    given = set()
+
+    def spy(arrays):
+        arrays = list(arrays)
+        given.update(id(a) for a in arrays)
+        return collapse_arrays(arrays)
+
+    monkeypatch.setattr(module, "collapse_arrays", spy)
+    n = 1 << 20  # codes and ids: 8 MiB each
+    index = engine(64)
+    index.add(uniform_codes(n, 64, seed=3), np.arange(n, dtype=np.int64))
+    large = [a for a in index.memory_arrays().values()
+             if a.nbytes >= hugepages.COLLAPSE_MIN_BYTES]
+    assert len(large) >= 2 and {id(a) for a in large} <= given
+    assert_in_huge_pages(large)
+    lims, D, I = index.range_search(index.words[:50], 0)
+    assert np.array_equal(I[lims[:-1]], index.ids[:50])
