@@ -4,17 +4,24 @@ A search reads its items, entries and buckets at random; over 4 KiB pages nearly
 a large array also misses the TLB (10M items: 76 MiB of codes, 76 of ids, 114 of multi-index
 entries). This machine's transparent huge pages are ``madvise`` only: numpy asks for them on the
 large arrays it allocates (``madvise(MADV_HUGEPAGE)``), but an array a Numba kernel allocates
-(the radix sort's output, a merge's) gets 4 KiB pages. :func:`collapse_arrays` makes the whole
-2 MiB pages of an engine's arrays huge pages once they are built (``madvise(MADV_COLLAPSE)``,
-Linux >= 6.1; a refusal leaves the pages as they are). Measured at 10M uniform 64-bit codes, the
-multi-index's range search over the same arrays with their codes and ids collapsed: 0.81x the
-time at radius 1, 0.83x at radius 2; a collapse of 76 MiB took 20-120 ms, of memory already in
-huge pages 0.05 ms (bench/RESULTS.md section 40).
+(the radix sort's output, a merge's) gets 4 KiB pages. An engine hands the arrays of each build
+and merge to :func:`collapse_later`: one background thread makes their whole 2 MiB pages huge
+pages (``madvise(MADV_COLLAPSE)``, Linux >= 6.1; a refusal leaves the pages as they are) while
+the engine already serves. Measured at 10M uniform 64-bit codes (bench/RESULTS.md section 40):
+the multi-index's range search over the same arrays with their codes and ids collapsed took
+0.81x the time at radius 1, 0.83x at radius 2; on this virtual machine a collapse costs 2-4 ms
+per MiB of fresh memory (a single table's 223 MiB: 0.5-0.9 s, against its 1.0 s build, hence
+off the build's path), 0.05 ms for memory already in huge pages.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import mmap
+import os
+import threading
+import weakref
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +31,26 @@ HUGE_PAGE = 2 << 20
 MADV_COLLAPSE = getattr(mmap, "MADV_COLLAPSE", 25)
 #: arrays below this many bytes are left alone (at most one whole huge page inside)
 COLLAPSE_MIN_BYTES = 2 * HUGE_PAGE
+
+
+def huge_page_bytes(arrays) -> int:
+    """Bytes of ``arrays`` the process holds in huge pages, by ``/proc/self/smaps`` (which
+    counts them per mapping: each mapping's count is capped at the arrays' bytes in it, so
+    this is an upper bound where other memory shares a mapping); 0 where it cannot be read."""
+    spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays]
+    total, vma = 0, None
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return 0
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            vma = tuple(int(x, 16) for x in head[0].split("-"))
+        elif head and head[0] == "AnonHugePages:" and vma:
+            inside = sum(max(0, min(vma[1], e) - max(vma[0], s)) for s, e in spans)
+            total += min(inside, int(head[1]) << 10)
+    return total
 
 
 def _madvise_without_the_gil():
@@ -42,6 +69,13 @@ def _madvise_without_the_gil():
 
 
 _MADVISE = _madvise_without_the_gil()
+
+
+def whole_pages(address: int, length: int) -> int:
+    """Bytes of the whole 2 MiB pages inside ``[address, address + length)``."""
+    first = address + (-address % HUGE_PAGE)
+    end = (address + length) - (address + length) % HUGE_PAGE
+    return max(0, end - first)
 
 
 def collapse(address: int, length: int, step: int = 8 << 20,
@@ -87,3 +121,83 @@ def collapse_arrays(arrays) -> int:
         if a.nbytes >= COLLAPSE_MIN_BYTES and not over_a_mapping(a):
             done += collapse(a.ctypes.data, a.nbytes)
     return done
+
+
+class _Collapser:
+    """The background thread of :func:`collapse_later`: a queue of weak references (an array
+    freed before its turn is skipped; one is held only while it is collapsed)."""
+
+    def __init__(self):
+        self.pending: collections.deque = collections.deque()
+        self.busy = False
+        self.collapsed = 0  # bytes made huge pages, and arrays the kernel refused (in part)
+        self.refused = 0
+        self.cond = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def put(self, arrays) -> int:
+        refs = [weakref.ref(a) for a in arrays
+                if a.nbytes >= COLLAPSE_MIN_BYTES and not over_a_mapping(a)]
+        if refs:
+            with self.cond:
+                self.pending.extend(refs)
+                if self.thread is None:
+                    self.thread = threading.Thread(target=self._run, daemon=True,
+                                                   name="bucketsearch-hugepages")
+                    self.thread.start()
+                self.cond.notify_all()
+        return len(refs)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.busy = False
+                    self.cond.notify_all()
+                    self.cond.wait()
+                ref = self.pending.popleft()
+                self.busy = True
+            array = ref()
+            if array is not None:
+                done = collapse(array.ctypes.data, array.nbytes)
+                self.collapsed += done
+                self.refused += done < whole_pages(array.ctypes.data, array.nbytes)
+            del array
+
+    def wait(self, timeout: float | None) -> bool:
+        with self.cond:
+            return self.cond.wait_for(lambda: not self.pending and not self.busy, timeout)
+
+
+_COLLAPSER = _Collapser()
+
+
+def _reset_after_fork() -> None:
+    """A forked child has no collapse thread: start afresh (it would wait forever)."""
+    global _COLLAPSER
+    _COLLAPSER = _Collapser()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def collapse_later(arrays) -> int:
+    """Queue the arrays of at least :data:`COLLAPSE_MIN_BYTES` not over a mapping for the
+    background thread, which collapses them one at a time (:func:`collapse`); returns how many
+    were queued. For a build or a merge: the engine serves at once, on huge pages a moment
+    later."""
+    return _COLLAPSER.put(arrays)
+
+
+def collapse_counts() -> tuple[int, int]:
+    """``(bytes collapsed, arrays refused at least in part)`` by the background thread so far
+    (a refusal: no free huge page at that moment, or a kernel without MADV_COLLAPSE)."""
+    return _COLLAPSER.collapsed, _COLLAPSER.refused
+
+
+def wait_for_collapse(timeout: float | None = None) -> bool:
+    """Wait until every array queued by :func:`collapse_later` has been collapsed (or freed);
+    False if ``timeout`` seconds passed first. The planner waits before it calibrates, so its
+    timings are those of the memory it will serve from."""
+    return _COLLAPSER.wait(timeout)

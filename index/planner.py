@@ -61,6 +61,7 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PARALLEL_MIN_QUERIES, I
 from bucketsearch.index.codes import check_bits, n_words
 from bucketsearch.index.fits.paper import PaperModel, fit_paper_model
 from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
+from bucketsearch.index.hugepages import wait_for_collapse
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.mih_knn import knn_search
 from bucketsearch.index.mih_tables import ids_order_words
@@ -85,6 +86,8 @@ SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most t
 #: them cached, and a 20M scan took up to 1.7x its prediction)
 SCAN_STREAM_ITEMS = 1 << 24
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
+#: seconds a calibration waits at most for the last build's arrays to be in huge pages
+CALIBRATION_COLLAPSE_WAIT = 30.0
 CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
 
 #: Models used before any calibration (an empty index): a 20 ns probe, a 2 ns scanned item.
@@ -421,8 +424,12 @@ class AutoIndex(IndexBase):
 
     def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
         """Fit the planner's models on sampled queries (default: database codes with 0-3 bits
-        flipped) and re-profile the data. Returns a summary (also in :attr:`calibration`)."""
+        flipped) and re-profile the data, once the arrays of the last build are in huge pages
+        (:func:`bucketsearch.index.hugepages.wait_for_collapse`, at most
+        :data:`CALIBRATION_COLLAPSE_WAIT` s: the timings are those of the memory it serves
+        from). Returns a summary (also in :attr:`calibration`)."""
         self._plan_cache = {}
+        wait_for_collapse(CALIBRATION_COLLAPSE_WAIT)
         if self.ntotal == 0:
             self._set_default_models()
             self.calibration["reason"] = "empty index: default models"
