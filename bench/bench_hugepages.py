@@ -21,7 +21,7 @@ import numpy as np
 
 import bucketsearch.index.mih as mih_module
 import bucketsearch.index.probe as probe_module
-from bucketsearch.index import hugepages
+from bucketsearch.index.disk import hugepages
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.synth import queries_near, uniform_codes

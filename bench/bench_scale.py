@@ -100,7 +100,7 @@ def build_one(kind: str, n: int, bits: int, seed: int, threads: int, base: str =
     gc.collect()
     if not label.startswith("base:"):  # the arrays made huge pages in the background (the
         # build does not wait for it; RSS is read once it is done)
-        from bucketsearch.index.hugepages import wait_for_collapse
+        from bucketsearch.index.disk.hugepages import wait_for_collapse
         wait_for_collapse()
     out = {"index": label, "build_s": build_s, "cpu_s": cpu_s,
            "rss_per_item": (rss_bytes() - rss0) / n,

@@ -62,7 +62,7 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, P
                                      check_max_results, raise_if_over, raise_if_reached,
                                      run_chunked, run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
-from bucketsearch.index.hugepages import collapse_later
+from bucketsearch.index.disk.hugepages import collapse_later
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
                                         UNIQUE_CANDIDATES, chunk_outputs, chunk_result,
                                         counting_sort, grow, hamming, record_radius, sort_run)
@@ -954,7 +954,7 @@ class MultiIndex(IndexBase):
         ``tables`` when given (a live merge's, :func:`index.mih_tables.merge_tables`).
         ``id_words``: the codes in ascending id order when the caller has them (the input of
         a build whose ids increase), which saves a gather. The arrays then queued for huge
-        pages (:func:`bucketsearch.index.hugepages.collapse_later`)."""
+        pages (:func:`bucketsearch.index.disk.hugepages.collapse_later`)."""
         if words.dtype != np.uint64 or not words.flags.c_contiguous:
             words = np.ascontiguousarray(words, dtype=np.uint64)
         if ids.dtype != np.int64 or not ids.flags.c_contiguous:

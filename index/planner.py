@@ -61,7 +61,7 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PARALLEL_MIN_QUERIES, I
 from bucketsearch.index.codes import check_bits, n_words
 from bucketsearch.index.fits.paper import PaperModel, fit_paper_model
 from bucketsearch.index.fits.stepmodel import ExtendedModel, fit_extended
-from bucketsearch.index.hugepages import wait_for_collapse
+from bucketsearch.index.disk.hugepages import wait_for_collapse
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.mih_knn import knn_search
 from bucketsearch.index.mih_tables import ids_order_words
@@ -425,7 +425,7 @@ class AutoIndex(IndexBase):
     def calibrate(self, queries=None, n_queries: int | None = None) -> dict:
         """Fit the planner's models on sampled queries (default: database codes with 0-3 bits
         flipped) and re-profile the data, once the arrays of the last build are in huge pages
-        (:func:`bucketsearch.index.hugepages.wait_for_collapse`, at most
+        (:func:`bucketsearch.index.disk.hugepages.wait_for_collapse`, at most
         :data:`CALIBRATION_COLLAPSE_WAIT` s: the timings are those of the memory it serves
         from). Returns a summary (also in :attr:`calibration`)."""
         self._plan_cache = {}

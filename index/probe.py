@@ -29,7 +29,7 @@ from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, OUTPUT_B
                                      probe_counts, raise_if_over, raise_if_reached, run_chunked,
                                      run_resumable_chunked, stats_from_chunks)
 from bucketsearch.index.codes import word_widths
-from bucketsearch.index.hugepages import collapse_later
+from bucketsearch.index.disk.hugepages import collapse_later
 from bucketsearch.index.kernels import (ITEMS, LOOKUP_NS, NONEMPTY, chunk_outputs, chunk_result,
                                         counting_sort, grow, record_radius, sort_run)
 from bucketsearch.index.item_table import (ItemTable, filter_word_bits, find_row, find_word,
@@ -574,7 +574,7 @@ class HammingIndex(IndexBase):
     def _rebuild_sorted(self, words: np.ndarray, ids: np.ndarray) -> None:
         """The table of items already sorted by (code, id); ``words`` and ``ids`` are kept, not
         copied (auto shares them with its multi-index and its scan); its arrays then queued for
-        huge pages (:func:`bucketsearch.index.hugepages.collapse_later`)."""
+        huge pages (:func:`bucketsearch.index.disk.hugepages.collapse_later`)."""
         self.table = ItemTable.from_sorted(self.bits, words, ids)
         collapse_later(self.memory_arrays().values())
 

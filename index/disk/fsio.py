@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.hugepages import HUGE_PAGE, collapse  # noqa: F401 (HUGE_PAGE: tests)
+from bucketsearch.index.disk.hugepages import HUGE_PAGE, collapse  # noqa: F401 (HUGE_PAGE: tests)
 
 
 class SimulatedCrash(BaseException):
@@ -190,7 +190,7 @@ def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
     cost a load (bench/RESULTS.md section 38), off the restart's path, and gives searches back
     the TLB reach of huge pages. A refusal (a kernel before 6.1: EINVAL; no free huge page:
     EAGAIN, ENOMEM) leaves the rest of that mapping in 4 KiB pages, quietly; each mapping is
-    tried once (:func:`bucketsearch.index.hugepages.collapse`)."""
+    tried once (:func:`bucketsearch.index.disk.hugepages.collapse`)."""
     done = 0
     while True:
         with _UNCOLLAPSED_LOCK:

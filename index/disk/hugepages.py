@@ -83,18 +83,21 @@ def collapse(address: int, length: int, step: int = 8 << 20,
     """Collapse the whole 2 MiB pages of ``[address, address + length)`` into huge pages,
     ``step`` bytes (a multiple of 2 MiB) a call, while ``keep_going()``; the parts at either
     end stay in 4 KiB pages. Other threads may read the memory meanwhile (the kernel copies
-    each 2 MiB range and swaps it in place). Stops at the first refusal (a kernel before 6.1:
-    EINVAL; no free huge page: EAGAIN, ENOMEM). Returns the bytes collapsed."""
+    each 2 MiB range and swaps it in place). A refused step (no free huge page: EAGAIN,
+    ENOMEM; a page across two mappings, as in the heap: EINVAL) leaves its pages as they are
+    and the next is tried; a kernel before 6.1 refuses all. Returns the bytes of the steps
+    that succeeded."""
     first = address + (-address % HUGE_PAGE)
     end = (address + length) - (address + length) % HUGE_PAGE
     done = 0
+    if _MADVISE is None:
+        return 0
     for start in range(first, end, step):
         if not keep_going():
             break
         size = min(step, end - start)
-        if _MADVISE is None or _MADVISE(start, size, MADV_COLLAPSE) != 0:
-            break
-        done += size
+        if _MADVISE(start, size, MADV_COLLAPSE) == 0:
+            done += size
     return done
 
 
