@@ -189,7 +189,8 @@ def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
     For a thread started after the index serves: it costs about what numpy's huge-page faults
     cost a load (bench/RESULTS.md section 38), off the restart's path, and gives searches back
     the TLB reach of huge pages. A refused step (a kernel before 6.1: EINVAL; no free huge
-    page: EAGAIN, ENOMEM) leaves its pages in 4 KiB pages, quietly; each mapping is tried once (:func:`bucketsearch.index.disk.hugepages.collapse`)."""
+    page: EAGAIN, ENOMEM) leaves its pages in 4 KiB pages, quietly; each mapping is tried
+    once (:func:`bucketsearch.index.disk.hugepages.collapse`)."""
     done = 0
     while True:
         with _UNCOLLAPSED_LOCK:
