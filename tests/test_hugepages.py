@@ -41,8 +41,7 @@ def whole_page_span(array: np.ndarray) -> tuple[int, int]:
 
 
 def whole_pages(array: np.ndarray) -> int:
-    first, end = whole_page_span(array)
-    return end - first
+    return hugepages.whole_pages(array.ctypes.data, array.nbytes)
 
 
 def collapses_here() -> bool:

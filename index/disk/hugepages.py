@@ -114,16 +114,17 @@ def over_a_mapping(array: np.ndarray) -> bool:
     return False
 
 
+def collapsible(array: np.ndarray) -> bool:
+    """An array worth collapsing here: at least :data:`COLLAPSE_MIN_BYTES`, not over a
+    mapping (:func:`over_a_mapping`)."""
+    return array.nbytes >= COLLAPSE_MIN_BYTES and not over_a_mapping(array)
+
+
 def collapse_arrays(arrays) -> int:
-    """:func:`collapse` each array of at least :data:`COLLAPSE_MIN_BYTES` not over a mapping
-    (:func:`over_a_mapping`), synchronously: for a build or a merge, before anything is timed
-    or served. Returns the bytes now in huge pages (memory already in them costs the call
-    microseconds)."""
-    done = 0
-    for a in arrays:
-        if a.nbytes >= COLLAPSE_MIN_BYTES and not over_a_mapping(a):
-            done += collapse(a.ctypes.data, a.nbytes)
-    return done
+    """:func:`collapse` each :func:`collapsible` array now, on this thread (the engines use
+    :func:`collapse_later`). Returns the bytes now in huge pages (memory already in them
+    costs the call microseconds)."""
+    return sum(collapse(a.ctypes.data, a.nbytes) for a in arrays if collapsible(a))
 
 
 class _Collapser:
@@ -139,8 +140,7 @@ class _Collapser:
         self.thread: threading.Thread | None = None
 
     def put(self, arrays) -> int:
-        refs = [weakref.ref(a) for a in arrays
-                if a.nbytes >= COLLAPSE_MIN_BYTES and not over_a_mapping(a)]
+        refs = [weakref.ref(a) for a in arrays if collapsible(a)]
         if refs:
             with self.cond:
                 self.pending.extend(refs)
@@ -186,10 +186,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def collapse_later(arrays) -> int:
-    """Queue the arrays of at least :data:`COLLAPSE_MIN_BYTES` not over a mapping for the
-    background thread, which collapses them one at a time (:func:`collapse`); returns how many
-    were queued. For a build or a merge: the engine serves at once, on huge pages a moment
-    later."""
+    """Queue the :func:`collapsible` arrays for the background thread, which collapses them
+    one at a time (:func:`collapse`); returns how many were queued. For a build or a merge:
+    the engine serves at once, on huge pages a moment later."""
     return _COLLAPSER.put(arrays)
 
 
