@@ -23,9 +23,9 @@ apart on uniform codes here, by where their arrays landed (section 34).
 import json
 import os
 import statistics
-import time
 
 import oldtree
+from cputime import best
 
 BASE = os.environ.get("BASE", "/tmp/base_tree")
 oldtree.install(BASE)
@@ -43,17 +43,6 @@ from oldbs.index.probe import HammingIndex as OldSingle  # noqa: E402
 from oldbs.index.scan import LinearScan as OldScan  # noqa: E402
 
 assert OldSingle is not NewSingle and OldSingle.__module__ == "oldbs.index.probe"
-
-
-def best(fn, inner):
-    """Least thread CPU time of ``inner`` calls (the machine is shared: CPU time leaves out the
-    time the thread waited for a core; threads=1, so it is the whole search)."""
-    b = float("inf")
-    for _ in range(inner):
-        t = time.thread_time()
-        fn()
-        b = min(b, time.thread_time() - t)
-    return b
 
 
 def main():

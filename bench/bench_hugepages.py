@@ -18,6 +18,7 @@ import statistics
 import time
 
 import numpy as np
+from cputime import best
 
 import bucketsearch.index.mih as mih_module
 import bucketsearch.index.probe as probe_module
@@ -42,15 +43,6 @@ def build(engine, xb, ids, collapse: bool):
     finally:
         mih_module.collapse_later, probe_module.collapse_later = saved
     return index, built, settled
-
-
-def best(fn, inner: int = 3) -> float:
-    b = float("inf")
-    for _ in range(inner):
-        t = time.thread_time()
-        fn()
-        b = min(b, time.thread_time() - t)
-    return b
 
 
 def main(argv=None) -> int:

@@ -16,9 +16,9 @@ new/old. Every answer (distances and ids, tie order) is checked identical first.
 import json
 import os
 import statistics
-import time
 
 import oldtree
+from cputime import best
 
 BASE = os.environ.get("BASE", "/tmp/base428")
 oldtree.install(BASE)
@@ -30,16 +30,6 @@ from bucketsearch.index.synth import clustered_codes, queries_near, uniform_code
 from oldbs.index.mih import MultiIndex as OldMIH  # noqa: E402
 
 QUERIES = {"near": 500, "random": 20}
-
-
-def best(fn, inner):
-    """Least thread CPU time of ``inner`` calls (threads = 1: the whole search)."""
-    b = float("inf")
-    for _ in range(inner):
-        t = time.thread_time()
-        fn()
-        b = min(b, time.thread_time() - t)
-    return b
 
 
 def main():
