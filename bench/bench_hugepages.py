@@ -61,10 +61,11 @@ def main(argv=None) -> int:
             index, built, settled = build(engine, xb, ids, collapse)
             arrays = [a for a in index.memory_arrays().values() if a.nbytes >= 4 << 20]
             size = sum(a.nbytes for a in arrays)
+            huge = hugepages.huge_page_bytes(arrays)
             print(f"{name:6s} {'huge' if collapse else '4 KiB'}: build {built:.2f} s, "
                   f"collapsed {settled - built:.2f} s later; arrays >= 4 MiB "
-                  f"{size / 2**20:.0f} MiB, {hugepages.huge_page_bytes(arrays) / 2**20:.0f} MiB of it in huge "
-                  f"pages", flush=True)
+                  f"{size / 2**20:.0f} MiB, {huge / 2**20:.0f} MiB of it in huge pages",
+                  flush=True)
             engines[(name, collapse)] = index
     cells = [("single r=1", "single", args.nq // 5, lambda ix, q: ix.range_search(q, 1)),
              ("single r=2", "single", args.nq // 25, lambda ix, q: ix.range_search(q, 2)),

@@ -6,31 +6,18 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bucketsearch.index.disk import hugepages
 from bucketsearch.index._jit import njit
-from bucketsearch.index.disk.hugepages import (HUGE_PAGE, collapse, collapse_arrays, collapse_counts,
-                                          collapse_later, over_a_mapping, wait_for_collapse)
+from bucketsearch.index.disk.hugepages import (HUGE_PAGE, collapse, collapse_arrays,
+                                              collapse_counts, collapse_later, over_a_mapping,
+                                              wait_for_collapse)
 from bucketsearch.index.mih import MultiIndex
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.synth import uniform_codes
-
-
-def vmas_with_huge_pages() -> list[tuple[int, int, int]]:
-    """``(start, end, AnonHugePages bytes)`` of each mapping of this process (/proc/self/smaps)."""
-    out = []
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()
-        if head and "-" in head[0] and not head[0].endswith(":"):
-            a, b = (int(x, 16) for x in head[0].split("-"))
-            out.append([a, b, 0])
-        elif head and head[0] == "AnonHugePages:":
-            out[-1][2] = int(head[1]) << 10
-    return [tuple(v) for v in out]
 
 
 def whole_page_span(array: np.ndarray) -> tuple[int, int]:
@@ -101,7 +88,7 @@ def assert_in_huge_pages(arrays) -> None:
     mappings, as in the heap where numpy's madvise splits them, cannot be a huge page)."""
     spans = [whole_page_span(a) for a in arrays if a.nbytes >= hugepages.COLLAPSE_MIN_BYTES]
     assert spans
-    for lo, hi, huge in vmas_with_huge_pages():
+    for lo, hi, huge in hugepages.mappings():
         need = 0
         for f, e in spans:
             a, b = max(lo, f), min(hi, e)

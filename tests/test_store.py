@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.disk import fsio
+from bucketsearch.index.disk.hugepages import HUGE_PAGE
 from bucketsearch.index.disk.store import array_of_npy, file_crc32
 from bucketsearch.index.probe import HammingIndex
 from bucketsearch.index.storage.store import FORMAT_VERSION, load_arrays, save_arrays
@@ -326,5 +327,5 @@ def test_collapse_to_huge_pages_keeps_the_arrays_and_reaches_each_mapping_once(t
     files = sum((tmp_path / "snap" / f"{k}.npy").stat().st_size for k in arrays)
     # whole 2 MiB pages only (the ends of each mapping stay); 0: a refusal (a kernel without
     # MADV_COLLAPSE, no free huge page)
-    assert done % fsio.HUGE_PAGE == 0 and done <= files
+    assert done % HUGE_PAGE == 0 and done <= files
     assert after - before >= done >> 10  # KiB

@@ -12,7 +12,6 @@ written through a Python buffer, so what a crash leaves on disk is exactly what 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno as errno_mod
 import io
 import mmap
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bucketsearch.index.disk.hugepages import HUGE_PAGE, collapse  # noqa: F401 (HUGE_PAGE: tests)
+from bucketsearch.index.disk.hugepages import collapse
 
 
 class SimulatedCrash(BaseException):
@@ -181,16 +180,14 @@ _UNCOLLAPSED_LOCK = threading.Lock()
 
 def collapse_to_huge_pages(keep_going=lambda: True, step: int = 8 << 20) -> int:
     """Back every mapping :func:`read_with_crc32` made, and that has not been collapsed yet,
-    with transparent huge pages now (``madvise(MADV_COLLAPSE)``): its whole 2 MiB pages,
-    ``step`` bytes (a multiple of 2 MiB) a call, while ``keep_going()``; the parts at either
-    end stay in 4 KiB pages. Searches may read the memory meanwhile: the kernel copies each 2 MiB range
-    and swaps it in place. Returns the bytes collapsed.
+    with transparent huge pages now (:func:`bucketsearch.index.disk.hugepages.collapse`,
+    ``step`` bytes a call, while ``keep_going()``; searches may read the memory meanwhile).
+    Returns the bytes collapsed.
 
     For a thread started after the index serves: it costs about what numpy's huge-page faults
     cost a load (bench/RESULTS.md section 38), off the restart's path, and gives searches back
-    the TLB reach of huge pages. A refused step (a kernel before 6.1: EINVAL; no free huge
-    page: EAGAIN, ENOMEM) leaves its pages in 4 KiB pages, quietly; each mapping is tried
-    once (:func:`bucketsearch.index.disk.hugepages.collapse`)."""
+    the TLB reach of huge pages. A refused step leaves its pages in 4 KiB pages, quietly;
+    each mapping is tried once."""
     done = 0
     while True:
         with _UNCOLLAPSED_LOCK:

@@ -33,24 +33,31 @@ MADV_COLLAPSE = getattr(mmap, "MADV_COLLAPSE", 25)
 COLLAPSE_MIN_BYTES = 2 * HUGE_PAGE
 
 
-def huge_page_bytes(arrays) -> int:
-    """Bytes of ``arrays`` the process holds in huge pages, by ``/proc/self/smaps`` (which
-    counts them per mapping: each mapping's count is capped at the arrays' bytes in it, so
-    this is an upper bound where other memory shares a mapping); 0 where it cannot be read."""
-    spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays]
-    total, vma = 0, None
+def mappings() -> list[tuple[int, int, int]]:
+    """``(start, end, bytes in huge pages)`` of each mapping of this process, from
+    ``/proc/self/smaps`` (its ``AnonHugePages``); empty where it cannot be read."""
+    out = []
     try:
         lines = Path("/proc/self/smaps").read_text().splitlines()
     except OSError:
-        return 0
+        return out
     for line in lines:
         head = line.split()
         if head and "-" in head[0] and not head[0].endswith(":"):
-            vma = tuple(int(x, 16) for x in head[0].split("-"))
-        elif head and head[0] == "AnonHugePages:" and vma:
-            inside = sum(max(0, min(vma[1], e) - max(vma[0], s)) for s, e in spans)
-            total += min(inside, int(head[1]) << 10)
-    return total
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            out.append([start, end, 0])
+        elif head and head[0] == "AnonHugePages:" and out:
+            out[-1][2] = int(head[1]) << 10
+    return [tuple(m) for m in out]
+
+
+def huge_page_bytes(arrays) -> int:
+    """Bytes of ``arrays`` the process holds in huge pages, by :func:`mappings` (which counts
+    them per mapping: each mapping's count is capped at the arrays' bytes in it, so this is an
+    upper bound where other memory shares a mapping); 0 where it cannot be read."""
+    spans = [(a.ctypes.data, a.ctypes.data + a.nbytes) for a in arrays]
+    return sum(min(huge, sum(max(0, min(hi, e) - max(lo, s)) for s, e in spans))
+               for lo, hi, huge in mappings())
 
 
 def _madvise_without_the_gil():
