@@ -86,13 +86,14 @@ TABLE_ARRAYS = SubstringTables.ARRAYS
 #: Queries per block of the exact-substring kernel (their lookups first, then their candidates)
 #: and per clock read with statistics (their mean time).
 CLOCK_GROUP = 32
-#: Candidates per lookup whose position, code and id are prefetched after a block's lookups
-#: (radius >= 1; at radius 0, one lookup a query, the prefetches cost more than they save),
-#: with no branch (a fixed count); the ids only of a bucket of more (a query's results are then
-#: mostly among its candidates). The rest of a bucket is prefetched one query ahead.
+#: Candidates per lookup whose position, code and id are prefetched after a block's lookups,
+#: for a query of more than :data:`SMALL_QUERY` candidates (radius >= 1), with no branch (a
+#: fixed count); the ids only of a bucket of more (a query's results are then mostly among its
+#: candidates). The rest of such a query's buckets is prefetched one query ahead.
 PREFETCH_ITEMS = 1
-#: A radius >= 1 query of the exact kernel with at most this many candidates writes its results
-#: in one run, ordered by insertion; more go to sub-runs merged by id (:func:`_merge_sub_runs`)
+#: A radius >= 1 query of the exact kernel with at most this many candidates has none of its
+#: candidates prefetched and writes its results in one run, ordered by insertion; more go to
+#: sub-runs merged by id (:func:`_merge_sub_runs`)
 SMALL_QUERY = 16
 #: A radius >= 1 query of the exact kernel with at most this many candidates skips those whose
 #: tag is over the radius (:mod:`index.mih_tables`; a sparse code's candidates, mostly not
@@ -435,20 +436,17 @@ def _mih_kernel(xq, bits, starts, widths, word_width, step_probes, max_radius, k
 
 
 @njit(inline="always")
-def _insertion_sort_pairs(out_d, out_i, lo, hi, ids):
-    """``out[lo:hi]`` of (distance, position) pairs made (distance, id) pairs, ordered by
-    (distance, id) by insertion (a query of a few results): each position ``p`` becomes
-    ``ids[p]`` as it is inserted."""
-    for a in range(lo, hi):
-        d = out_d[a]
-        v = ids[out_i[a]]
-        c = a - 1
-        while c >= lo and (out_d[c] > d or (out_d[c] == d and out_i[c] > v)):
-            out_d[c + 1] = out_d[c]
-            out_i[c + 1] = out_i[c]
-            c -= 1
-        out_d[c + 1] = d
-        out_i[c + 1] = v
+def _met_before(diff, j, field0, field1, tables):
+    """Whether a candidate of table ``j`` whose code differs from the query's in ``diff`` was
+    met at an earlier step: it equals the query on a substring ``jj < j`` (the bits of
+    substrings 0 and 1 in ``field0``, ``field1``, held in locals by the caller)."""
+    seen = j >= 1 and diff & field0 == 0
+    if j >= 2:
+        seen = seen or diff & field1 == 0
+        for jj in range(2, j):
+            if (diff >> np.uint64(tables[jj, T_SHIFT])) & np.uint64(tables[jj, T_MASK]) == 0:
+                seen = True
+    return seen
 
 
 @njit(inline="always")
@@ -521,21 +519,6 @@ def _merge_sub_runs(out_d, out_i, o, width, sub_lo, sub_end, tmp):
     return o
 
 
-@njit
-def _small_ids(out_d, out_i, ids, lims, spans, width, g_start, g_end):
-    """The results of the block's queries ``g_start:g_end`` of at most :data:`SMALL_QUERY`
-    candidates (``spans`` as :func:`_mih_exact_kernel`'s), written as positions: their ids
-    (prefetched as each was found) in (distance, id) order (:func:`_insertion_sort_pairs`)."""
-    for qi in range(g_start, g_end):
-        c0 = 2 * (qi - g_start) * width
-        size = 0
-        for c in range(c0, c0 + 2 * width, 2):
-            size += spans[c + 1] - spans[c]
-        if size > SMALL_QUERY:
-            continue
-        _insertion_sort_pairs(out_d, out_i, lims[qi], lims[qi + 1], ids)
-
-
 @njit(inline="always")
 def _close_clock_group(stats, total_ns, g0, g1, t0, tick_ns):
     """The statistics of the queries ``g0:g1`` of one clock group that
@@ -575,9 +558,9 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     in code order up to the first greater code, ids ascending (no position read).
 
     Radius >= 1: a bucket's candidates are read through their entries (``positions[j * n +
-    t]``: the row, then the item's code in ``words``; its id only for a result). A query of
-    at most :data:`SMALL_QUERY` candidates reads table 0's bucket as the rows ``lo:hi`` (no
-    entry); one of at most :data:`TAG_QUERY` (a sparse code's: mostly not results) skips an
+    t]``: the row, then the item's code in ``words``; its id only for a result). A *small*
+    query (at most :data:`SMALL_QUERY` candidates) reads table 0's bucket as the rows ``lo:hi``
+    (no entry); one of at most :data:`TAG_QUERY` (a sparse code's: mostly not results) skips an
     entry whose tag differs from the query's in more than ``R`` bits (:mod:`index.mih_tables`:
     the item is then at distance > ``R``; its code is neither prefetched nor read); a larger
     query reads every code (its candidates are mostly results), and so does a search with
@@ -591,18 +574,16 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     buffer's free room past the query's results), and :func:`_merge_sub_runs` merges them
     into (distance, id) order (a merge of the runs by id then a counting sort by distance
     measured 1.3x slower at radius 2 on clustered codes: it moved each result five times);
-    a query of at most :data:`SMALL_QUERY` candidates writes one run of its results'
-    positions, whose ids are read (prefetched as each was found) and ordered by insertion at
-    the end of the block (:func:`_small_ids`, also before a return mid-block): a sparse code's
-    candidates are mostly not results, and their ids are not brought in.
-    While a query's candidates are verified, the next query's codes and ids are prefetched
-    (their positions read): at 10M clustered codes, radius 2 took 2.3x the old layout's
-    time without, 1.0x with (bench/RESULTS.md section 30). A lookup prefetches its bucket's
-    first position as soon as its bounds are read, unless it is empty (no separate pass over
-    the lookups). Uniform 1M, radius 1-2, against the kernel before these three changes over
-    the same arrays: 0.80-0.84x the time in batches of 10,000 queries on a quiet machine
-    (0.92-1.08 with the memory saturated by other processes), the same within 6% in batches
-    of 1,000 whose candidates stay in the caches between calls (RESULTS 34).
+    a small query writes its (distance, id) results in one run, ordered by insertion.
+    A lookup prefetches its bucket's first position as soon as its bounds are read, unless it
+    is empty (no separate pass over the lookups). A large query's first candidates are
+    prefetched after the block's lookups, and its other candidates while the query before it
+    is verified (their positions read): at 10M clustered codes, radius 2 took 2.3x the old
+    layout's time without, 1.0x with (bench/RESULTS.md section 30). A small query's are not
+    prefetched, and it runs a loop of its own: in batches whose candidates stay in the caches
+    between calls (1,000 queries of 1M uniform codes), the prefetches and the shared loop had
+    made radius 1 take 2.0x the time of the layout with table copies (section 41), and from
+    memory (10,000 queries of 10M) the small path is faster too.
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
@@ -643,6 +624,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     tag_limit = R if stats is None else 64
     qtags = np.zeros(CLOCK_GROUP * width, dtype=np.uint64)  # the block's query tags
     qlimit = np.zeros(CLOCK_GROUP, dtype=np.int64)  # and the queries' tag limits
+    qsize = np.zeros(CLOCK_GROUP, dtype=np.int64)  # and candidates
     t_group = cycle_counter() if stats is not None else 0
     for g_start in range(q_start, nq, CLOCK_GROUP):
         g_end = min(g_start + CLOCK_GROUP, nq)
@@ -707,7 +689,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                     # 1b reads them): issued as soon as the bounds arrive, with no loop of its
                     # own; an empty bucket's goes to position 0 (a select, not a branch on the
                     # load: the line after an empty bucket was a line fetched for nothing).
-                    # Table 0's rows are prefetched by pass 1b (here: 1.07x slower in cache)
+                    # Table 0's are not (here: 1.07x slower in cache)
                     prefetch(positions, j * n + lo if hi > lo else 0)
         if width == 1:
             # radius 0: table 0's bucket lo:hi is the rows lo:hi; the query's own code is a
@@ -742,54 +724,40 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group,
                                              tick_ns)
             continue
-        # pass 1b: the block's first candidates' codes and ids brought into the caches, through
-        # their positions (prefetched by pass 1; loads that depend on one another, issued for
-        # every lookup of the block before any is waited for)
-        # (and each query's tag limit: the filter serves a query of at most TAG_QUERY
-        # candidates, mostly not results; a larger one's are mostly results, read anyway)
+        # pass 1b: each query's candidates and tag limit; a large query's first candidates'
+        # codes and ids brought into the caches through their positions (prefetched by pass
+        # 1; loads that depend on one another, issued for every lookup of the block before any
+        # is waited for). A small query's are not (in the caches, the prefetches cost such a
+        # query more than its whole search: RESULTS 41)
         for qi in range(g_start, g_end if n > 0 else g_start):  # (reads position 0)
             c0 = 2 * (qi - g_start) * width
             size = 0
             for c in range(c0, c0 + 2 * width, 2):
                 size += spans[c + 1] - spans[c]
+            qsize[qi - g_start] = size
             limit = tag_limit if size <= TAG_QUERY else 64
             qlimit[qi - g_start] = limit
+            if size <= SMALL_QUERY:
+                continue
             for c in range(c0, c0 + 2 * width, 2):
                 lo = spans[c]
                 hi = spans[c + 1]
-                big = hi - lo > PREFETCH_ITEMS
-                if c == c0 and size <= SMALL_QUERY:  # table 0: its rows (pass 2 reads
-                    prefetch(words, lo if hi > lo else 0)  # a larger query's by positions)
-                    prefetch(ids, lo if big else 0)
-                    continue
                 qtag = qtags[c >> 1]
                 for k in range(PREFETCH_ITEMS):  # no branch: past the bucket or tag, row 0
                     e = np.uint64(positions[lo + k if lo + k < hi else 0])
                     p = np.int64(e & rmask) if tag_distance(e, rb, qtag) <= limit else 0
                     prefetch(words, p)
-                    prefetch(ids, p if big else 0)
-        # pass 2: the candidates of each query, each result into its sub-run (table, distance),
-        # or, for a query of at most SMALL_QUERY candidates, into one run (sorted after)
+                    prefetch(ids, p if hi - lo > PREFETCH_ITEMS else 0)
+        # pass 2: the candidates of each query: a small one's results into one run (sorted
+        # after), a large one's each into its sub-run (table, distance)
         for qi in range(g_start, g_end):
             q = xq[qi, 0]
-            size = 0  # the query's candidates
-            for j in range(width):
-                c = 2 * ((qi - g_start) * width + j)
-                size += spans[c + 1] - spans[c]
-            small = size <= SMALL_QUERY
-            room = n_out + (size if small else
-                            (width + 1) * size + (2 * size if width > 2 else 0))
-            if room > cap:
-                if stats is not None:
-                    _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
-                _small_ids(out_d, out_i, ids, lims, spans, width, g_start, qi)
-                return qi, n_out, -1, 0
-            at = n_out + size
-            if qi + 1 < g_end:  # the next query's other candidates on their way
+            size = qsize[qi - g_start]
+            if qi + 1 < g_end and qsize[qi + 1 - g_start] > SMALL_QUERY:
+                # the next (large) query's other candidates on their way
                 c0 = 2 * (qi + 1 - g_start) * width
                 for c in range(c0, c0 + 2 * width, 2):  # past the ones pass 1b fetched
-                    if c == c0:  # table 0: rows, one prefetch a line (and the positions
-                        # a query of more than SMALL_QUERY candidates reads them by)
+                    if c == c0:  # table 0: rows, one prefetch a line, and the positions
                         lo = spans[c] + PREFETCH_ITEMS
                         hi = spans[c + 1]
                         if hi > lo:
@@ -810,51 +778,89 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                             p = np.int64(e & rmask)
                             prefetch(words, p)
                             prefetch(ids, p)
-            if small:
-                sub_end[0] = n_out
-            else:
+            if size <= SMALL_QUERY:  # one run of results, in (distance, id) order after
+                if n_out + size > cap:
+                    if stats is not None:
+                        _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                    return qi, n_out, -1, 0
+                o = n_out
                 for j in range(width):
                     c = 2 * ((qi - g_start) * width + j)
-                    for d in range(width):
-                        sub_lo[j * width + d] = at
-                        sub_end[j * width + d] = at
-                        at += spans[c + 1] - spans[c]
+                    qtag = qtags[c >> 1]
+                    unique = 0
+                    for t in range(spans[c], spans[c + 1]):
+                        if j == 0:
+                            p = t  # table 0's bucket read as rows (code order)
+                        else:
+                            e = np.uint64(positions[t])
+                            if stats is None and tag_distance(e, rb, qtag) > R:
+                                continue  # more than R of the tag's bits differ
+                            p = np.int64(e & rmask)
+                        diff = q ^ words[p, 0]
+                        if _met_before(diff, j, field0, field1, tables):
+                            continue
+                        unique += 1
+                        d = popcount64(diff)
+                        if d <= R:
+                            out_d[o] = d
+                            out_i[o] = ids[p]
+                            o += 1
+                            if stats is not None:
+                                stats[ITEMS, qi, d] += 1
+                    if stats is not None:
+                        stats[CANDIDATES, qi, j] = spans[c + 1] - spans[c]
+                        stats[UNIQUE_CANDIDATES, qi, j] = unique
+                if o > max_results:
+                    if stats is not None:
+                        _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                    return qi, n_out, max_results + 1, 0
+                # (distance, id) order by insertion, written out: the same loop in an inlined
+                # helper cost 1.25x the whole search in the caches (RESULTS 41)
+                for a in range(n_out + 1, o):
+                    d = out_d[a]
+                    v = out_i[a]
+                    b = a - 1
+                    while b >= n_out and (out_d[b] > d or (out_d[b] == d and out_i[b] > v)):
+                        out_d[b + 1] = out_d[b]
+                        out_i[b + 1] = out_i[b]
+                        b -= 1
+                    out_d[b + 1] = d
+                    out_i[b + 1] = v
+                n_out = o
+                lims[qi + 1] = n_out
+                continue
+            # a large query: each result into its sub-run (table, distance), room for the
+            # table's bucket each
+            if n_out + (width + 1) * size + (2 * size if width > 2 else 0) > cap:
+                if stats is not None:
+                    _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
+                return qi, n_out, -1, 0
+            at = n_out + size
+            for j in range(width):
+                c = 2 * ((qi - g_start) * width + j)
+                for d in range(width):
+                    sub_lo[j * width + d] = at
+                    sub_end[j * width + d] = at
+                    at += spans[c + 1] - spans[c]
             found = 0
+            check = qlimit[qi - g_start] < 64  # (no tag computed otherwise)
             for j in range(width):
                 c = 2 * ((qi - g_start) * width + j)
                 unique = 0
                 qtag = qtags[c >> 1]
-                check = qlimit[qi - g_start] < 64  # (no tag computed otherwise)
-                rows = j == 0 and small  # table 0's bucket read as rows (code order)
                 for t in range(spans[c], spans[c + 1]):
-                    if rows:
-                        p = t
-                    else:
-                        e = np.uint64(positions[t])
-                        if check and tag_distance(e, rb, qtag) > R:
-                            continue  # more than R of the tag's bits differ: not a result
-                        p = np.int64(e & rmask)
+                    e = np.uint64(positions[t])
+                    if check and tag_distance(e, rb, qtag) > R:
+                        continue  # more than R of the tag's bits differ: not a result
+                    p = np.int64(e & rmask)
                     diff = q ^ words[p, 0]
-                    # met before: equal to the query on a substring jj < j (the bits of
-                    # substrings 0 and 1 held in locals, the loop's other loads aliased)
-                    seen = j >= 1 and diff & field0 == 0
-                    if j >= 2:
-                        seen = seen or diff & field1 == 0
-                        for jj in range(2, j):
-                            if (diff >> np.uint64(tables[jj, T_SHIFT])) \
-                                    & np.uint64(tables[jj, T_MASK]) == 0:
-                                seen = True
-                    if seen:
+                    if _met_before(diff, j, field0, field1, tables):
                         continue
                     unique += 1
                     d = popcount64(diff)
                     if d <= R:
-                        k = 0 if small else j * width + d
-                        if small:  # its position: the id is read after the block
-                            out_i[sub_end[0]] = p
-                            prefetch(ids, p)
-                        else:
-                            out_i[sub_end[k]] = ids[p]
+                        k = j * width + d
+                        out_i[sub_end[k]] = ids[p]
                         out_d[sub_end[k]] = d  # (a sub-run's distance: scratch)
                         sub_end[k] += 1
                         found += 1
@@ -866,14 +872,10 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
             if n_out + found > max_results:
                 if stats is not None:
                     _close_clock_group(stats, total_ns, g_start, qi, t_group, tick_ns)
-                _small_ids(out_d, out_i, ids, lims, spans, width, g_start, qi)
                 return qi, n_out, max_results + 1, 0
-            if small:
-                n_out += found
-            elif found:
+            if found:
                 n_out = _merge_sub_runs(out_d, out_i, n_out, width, sub_lo, sub_end, at)
             lims[qi + 1] = n_out
-        _small_ids(out_d, out_i, ids, lims, spans, width, g_start, g_end)
         if stats is not None:
             t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group, tick_ns)
     return nq, n_out, -1, 0

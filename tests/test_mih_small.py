@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
-from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _insertion_sort_pairs,
-                                    _merge_sub_runs, substring_ranges)
+from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _merge_sub_runs,
+                                    substring_ranges)
 from bucketsearch.index.mih_tables import (T_DIRECT, T_ROW_BITS, T_TAG_BITS, T_TAG_START,
                                            TAG_MAX_BITS, bucket_ends, ends_bit_base)
 from bucketsearch.index.codes import unpack_words
@@ -178,24 +178,25 @@ def test_merge_sub_runs_matches_lexsort(data, width):
     assert (out_d[:o] == -7).all() and (out_i[:o] == -7).all()
 
 
-@settings(max_examples=80, deadline=None)
-@given(n=st.integers(0, 40), lo=st.integers(0, 3), data=st.data())
-def test_insertion_sort_pairs_matches_lexsort(n, lo, data):
-    """A few results in any order, as positions into ``ids``: (distance, id) order, the
-    entries before ``lo`` and after ``lo + n`` untouched."""
-    d = np.array(data.draw(st.lists(st.integers(0, 4), min_size=n + lo + 2,
-                                    max_size=n + lo + 2)), dtype=np.int32)
-    i = np.array(data.draw(st.lists(st.integers(-5, 10**6), min_size=n + lo + 2,
-                                    max_size=n + lo + 2)), dtype=np.int64)
-    ids = np.array(data.draw(st.permutations(range(10**6, 10**6 + 60))), dtype=np.int64)
-    i[lo:lo + n] = np.array(data.draw(st.lists(st.integers(0, 59), min_size=n, max_size=n)),
-                            dtype=np.int64)
-    want = naive_order(d[lo:lo + n], ids[i[lo:lo + n]])
-    before_d, before_i = d.copy(), i.copy()
-    _insertion_sort_pairs(d, i, lo, lo + n, ids)
-    assert (d[lo:lo + n] == want[0]).all() and (i[lo:lo + n] == want[1]).all()
-    for a, b in ((d, before_d), (i, before_i)):
-        assert (a[:lo] == b[:lo]).all() and (a[lo + n:] == b[lo + n:]).all()
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_small_query_results_in_distance_id_order(data):
+    """A query of at most SMALL_QUERY candidates, its results at tied distances found in any
+    id order (table 0's bucket read in code order, then the other tables'): the run is sorted
+    by (distance, id) at the query's end, as brute force orders it."""
+    bits, m = 24, 3
+    R = data.draw(st.integers(1, 2))
+    q = np.uint64(data.draw(st.integers(0, 2**bits - 1)))
+    flips = data.draw(st.lists(st.integers(1, 2**bits - 1).filter(lambda v: bin(v).count("1")
+                                                                  <= 2),
+                               min_size=1, max_size=SMALL_QUERY // m, unique=True))
+    xb = np.array([[q ^ np.uint64(f)] for f in flips], dtype=np.uint64)
+    ids = np.array(data.draw(st.permutations(range(len(flips)))), dtype=np.int64) * 7 + 3
+    index = MultiIndex(bits, substrings=m)
+    index.add(xb, ids)
+    index.threads = 1
+    xq = np.array([[q], [q ^ np.uint64(1)]], dtype=np.uint64)
+    _same(index.range_search(xq, R), naive.range_search(xq, xb, ids, bits, R))
 
 
 def naive_order(d, i):
@@ -285,10 +286,9 @@ def test_many_results_per_query_with_statistics_and_buffer_growth(R):
 
 @pytest.mark.parametrize("R", [1, 2])
 def test_small_queries_before_a_full_buffer_get_their_ids(R):
-    """A query of at most SMALL_QUERY candidates writes positions, turned into ids at the end
-    of its block or before the kernel returns mid-block: small queries (ids not in position
-    order) before, between and after queries that fill the output buffer, with and without
-    statistics."""
+    """A query of at most SMALL_QUERY candidates writes one run of results, sorted at its end:
+    small queries (ids not in position order) before, between and after queries that fill the
+    output buffer and return mid-block, with and without statistics and a result cap."""
     bits, m = 24, 3
     rng = np.random.default_rng(10 + R)
     base = np.uint64(0xABCDEF)
