@@ -772,6 +772,12 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                                 prefetch(positions, hi - 1)
                         continue
                     qtag = qtags[c >> 1]
+                    if qlimit[qi + 1 - g_start] == 64:  # every code read: no tag's test
+                        for t in range(spans[c] + PREFETCH_ITEMS, spans[c + 1]):
+                            p = np.int64(np.uint64(positions[t]) & rmask)
+                            prefetch(words, p)
+                            prefetch(ids, p)
+                        continue
                     for t in range(spans[c] + PREFETCH_ITEMS, spans[c + 1]):
                         e = np.uint64(positions[t])
                         if tag_distance(e, rb, qtag) <= qlimit[qi + 1 - g_start]:
