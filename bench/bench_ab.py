@@ -32,6 +32,7 @@ oldtree.install(BASE)
 
 import numpy as np  # noqa: E402
 
+from bucketsearch.index.disk.hugepages import wait_for_collapse  # noqa: E402
 from bucketsearch.index.synth import clustered_codes, queries_near, uniform_codes  # noqa: E402
 from bucketsearch.index.mih import MultiIndex as NewMIH  # noqa: E402
 from bucketsearch.index.planner import AutoIndex as NewAuto  # noqa: E402
@@ -80,6 +81,7 @@ def main():
         for which, one in (("old", old), ("new", ix)):
             one.threads = 1
             idx[(name, which)] = one
+    wait_for_collapse(120)  # the new engines' arrays in huge pages before any timing
     cells = []
     for r, nq in ((0, 2000), (1, 2000), (2, 400), (3, 40), (4, 4)):
         cells.append((f"single r={r}", "single", nq, lambda ix, xq, r=r: ix.range_search(xq, r)))
