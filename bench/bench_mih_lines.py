@@ -9,8 +9,8 @@ candidates, the lines of table 0's bucket as rows (codes; ids of results) and of
 buckets' entries; for one of at most ``mih.TAG_QUERY``, the line of a candidate's code only
 when its tag differs from the query's in at most ``R`` bits (the tag filter,
 :mod:`bucketsearch.index.mih_tables`); for a larger query the lines of every entry and code; and the line of an id when it is a result
-(or its bucket holds more than ``mih.PREFETCH_ITEMS`` candidates: the kernel prefetches
-those ids). Queries as
+(or, in a query of more than ``mih.SMALL_QUERY`` candidates, its bucket holds more than
+``mih.PREFETCH_ITEMS``: the kernel prefetches those ids). Queries as
 bench_small_radii.py's (0-3 bits flipped from a stored code, a quarter each). Prints lines per
 query and the batch's working set (distinct lines) for each layout:
 
@@ -68,7 +68,8 @@ def count_lines(index: MultiIndex, xq: np.ndarray, R: int) -> tuple[float, float
                 if tagged and bin((positions[e] >> rb) ^ qtag).count("1") > R:
                     continue  # the tag filter: neither code nor id read
                 new.add(("words", p * 8 // LINE))
-                if bin(q ^ int(words[p])).count("1") <= R or hi - lo > PREFETCH_ITEMS:
+                if bin(q ^ int(words[p])).count("1") <= R or (not small
+                                                               and hi - lo > PREFETCH_ITEMS):
                     new.add(("ids", p * 8 // LINE))
         old_sum += len(old)
         new_sum += len(new)
