@@ -588,10 +588,10 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
     8% at radius 2 on uniform ones, bench notes in RESULTS 15), then each query's candidates.
-    The output buffer must hold a query's results before its candidates are read (its
-    sub-runs: ``n_out + (R + 2) * C`` entries, and ``2 * C`` more from ``R = 2``, ``C`` its
-    candidates), else the kernel returns to have it grown; the result cap is tested once per
-    query. Output and resumption as :func:`index.probe._range_word_kernel` (returns
+    The output buffer must hold a query's results before its candidates are read (``n_out +
+    C`` entries for a small query of ``C`` candidates; a large one's sub-runs: ``n_out + (R +
+    2) * C``, and ``2 * C`` more from ``R = 2``), else the kernel returns to have it grown;
+    the result cap is tested once per query. Output and resumption as :func:`index.probe._range_word_kernel` (returns
     ``(q_end, n_out, reached, need)``; ``scratch`` must hold ``need = 2 * (R + 1) *
     (CLOCK_GROUP + R + 1)`` entries: the block's lookups and the sub-runs' bounds).
 
