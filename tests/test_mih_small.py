@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketsearch.index.base import ResultLimitError
+from bucketsearch.index.kernels import CANDIDATES, ITEMS, UNIQUE_CANDIDATES
 from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _merge_sub_runs,
-                                    substring_ranges)
+                                    _mih_exact_kernel, substring_ranges)
 from bucketsearch.index.mih_tables import (T_DIRECT, T_ROW_BITS, T_TAG_BITS, T_TAG_START,
                                            TAG_MAX_BITS, bucket_ends, ends_bit_base)
 from bucketsearch.index.codes import unpack_words
@@ -197,6 +198,56 @@ def test_small_query_results_in_distance_id_order(data):
     index.threads = 1
     xq = np.array([[q], [q ^ np.uint64(1)]], dtype=np.uint64)
     _same(index.range_search(xq, R), naive.range_search(xq, xb, ids, bits, R))
+
+
+def _run_exact_kernel(index, xq, R, step, with_stats):
+    """The exact kernel called as :func:`index.base.run_resumable` calls it, its output buffers
+    starting at ``step`` entries and ``step`` more at every return: ``(lims, D, I, stats,
+    returns)``."""
+    t, nq = index.tables, len(xq)
+    lims = np.zeros(nq + 1, dtype=np.int64)
+    out_d, out_i = np.empty(step, dtype=np.int32), np.empty(step, dtype=np.int64)
+    scratch = np.empty(1, dtype=np.int64)
+    stats = np.zeros((UNIQUE_CANDIDATES + 1, nq, R + 1), dtype=np.int64) if with_stats else None
+    total_ns = np.zeros(nq, dtype=np.int64) if with_stats else None
+    q = n_out = returns = 0
+    while True:
+        q, n_out, reached, need = _mih_exact_kernel(
+            xq, R, t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, index.words,
+            index.ids, index._word_width, 1 << 62, 1.0, q, n_out, lims, out_d, out_i, scratch,
+            stats, total_ns)
+        assert reached == -1
+        if q >= nq:
+            return lims, out_d[:n_out], out_i[:n_out], stats, returns
+        returns += 1
+        if need:
+            scratch = np.empty(need, dtype=np.int64)
+            continue
+        out_d = np.concatenate([out_d, np.empty(step, dtype=np.int32)])
+        out_i = np.concatenate([out_i, np.empty(step, dtype=np.int64)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 150), nq=st.integers(1, 2 * CLOCK_GROUP + 3), step=st.integers(1, 40),
+       R=st.integers(1, 2), with_stats=st.booleans(), data=st.data())
+def test_exact_kernel_resumes_after_every_full_buffer(n, nq, step, R, with_stats, data):
+    """Output buffers too small at any query, small or large (a crowd's candidates are more
+    than SMALL_QUERY): the kernel returns before the query, is resumed with a larger buffer,
+    and gives brute force's results and the statistics of one uninterrupted search."""
+    bits, m = 24, 3
+    xb, xq, ids = _data(data.draw, bits, n, nq)
+    index = MultiIndex(bits, substrings=m)
+    index.add(xb, ids)
+    lims, D, I, stats, returns = _run_exact_kernel(index, xq, R, step, with_stats)
+    expected = naive.range_search(xq, xb, ids, bits, R)
+    _same((lims, D, I), expected)
+    assert returns >= len(D) // step - 1  # (a return per step of results, at least)
+    if with_stats:
+        index.threads = 1
+        st_ = index.range_search(xq, R, stats=True)[3]
+        assert (stats[ITEMS] == st_.items).all()
+        assert (stats[CANDIDATES] == st_.candidates).all()
+        assert (stats[UNIQUE_CANDIDATES] == st_.unique_candidates).all()
 
 
 def naive_order(d, i):
