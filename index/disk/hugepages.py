@@ -78,10 +78,15 @@ def _madvise_without_the_gil():
 _MADVISE = _madvise_without_the_gil()
 
 
+def _page_bounds(address: int, length: int) -> tuple[int, int]:
+    """``(first, end)`` of the whole 2 MiB pages inside ``[address, address + length)``
+    (``end <= first`` when there is none)."""
+    return address + (-address % HUGE_PAGE), (address + length) - (address + length) % HUGE_PAGE
+
+
 def whole_pages(address: int, length: int) -> int:
     """Bytes of the whole 2 MiB pages inside ``[address, address + length)``."""
-    first = address + (-address % HUGE_PAGE)
-    end = (address + length) - (address + length) % HUGE_PAGE
+    first, end = _page_bounds(address, length)
     return max(0, end - first)
 
 
@@ -94,11 +99,10 @@ def collapse(address: int, length: int, step: int = 8 << 20,
     ENOMEM; a page across two mappings, as in the heap: EINVAL) leaves its pages as they are
     and the next is tried; a kernel before 6.1 refuses all. Returns the bytes of the steps
     that succeeded."""
-    first = address + (-address % HUGE_PAGE)
-    end = (address + length) - (address + length) % HUGE_PAGE
-    done = 0
     if _MADVISE is None:
         return 0
+    first, end = _page_bounds(address, length)
+    done = 0
     for start in range(first, end, step):
         if not keep_going():
             break
