@@ -19,6 +19,11 @@ flipped with probability 0.01), ``BITS=32`` (default 64) and ``MIH_RADII=0,1,...
 out of the caches between calls (bench/RESULTS.md section 34). Without ``OLD_BUILDS`` both
 engines read the very same arrays; two separate builds of identical code measured 1.06-1.07
 apart on uniform codes here, by where their arrays landed (section 34).
+
+``FRESH=1`` times each call on a batch neither engine searched before (one call per timing,
+not the least of 3; the old and new engine swap the two batches of a round every round), so a
+batch's buckets and candidates come from memory, as in a server's traffic; without it a cell
+repeats one batch and, below ~10M codes, its candidates stay in the caches between calls.
 """
 import json
 import os
@@ -49,13 +54,14 @@ assert OldSingle is not NewSingle and OldSingle.__module__ == "oldbs.index.probe
 def main():
     n = int(os.environ.get("N", 1_000_000))
     reps = int(os.environ.get("REPS", 7))
+    fresh = bool(os.environ.get("FRESH"))
     bits = int(os.environ.get("BITS", 64))
     data = os.environ.get("DATA", "clustered")
     if data not in ("clustered", "uniform"):
         raise SystemExit(f"DATA must be clustered or uniform, got {data!r}")
     mih_radii = [int(r) for r in os.environ.get("MIH_RADII", "0,1,2,3,4").split(",")]
     old_builds = bool(os.environ.get("OLD_BUILDS"))
-    print(f"{data} {n:,} codes of {bits} bits; old engines "
+    print(f"{data} {n:,} codes of {bits} bits{', fresh batches' if fresh else ''}; old engines "
           f"{'built from the codes' if old_builds else 'loaded from the new snapshots'}")
     xb = (uniform_codes(n, bits, seed=1) if data == "uniform"
           else clustered_codes(n, bits, n // 100, 0.01, seed=1))
@@ -110,15 +116,21 @@ def main():
             assert np.array_equal(x, y), label
     rows = []
     print(f"loadavg before: {open('/proc/loadavg').read().strip()}", flush=True)
-    for label, name, nq, fn in cells:
+    for cell_no, (label, name, nq, fn) in enumerate(cells):
         xq = xq_all[:nq]
+        if fresh:  # 2 batches a round, never searched before by either engine
+            pool = queries_near(xb, 2 * reps * nq, bits, flips=1, seed=100 + cell_no)
         old_t, new_t, ratios = [], [], []
         for rep in range(reps):
             order = ("old", "new") if rep % 2 == 0 else ("new", "old")
             t = {}
             for which in order:
                 ix = idx[(name, which)]
-                t[which] = best(lambda: fn(ix, xq), 3)
+                if fresh:  # the round's two batches, swapped between the engines every round
+                    k = 2 * rep + ((which == "new") != (rep % 2 == 1))
+                    t[which] = best(lambda: fn(ix, pool[k * nq:(k + 1) * nq]), 1)
+                else:
+                    t[which] = best(lambda: fn(ix, xq), 3)
             old_t.append(t["old"])
             new_t.append(t["new"])
             ratios.append(t["new"] / t["old"])

@@ -579,11 +579,12 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
     is empty (no separate pass over the lookups). A large query's first candidates are
     prefetched after the block's lookups, and its other candidates while the query before it
     is verified (their positions read): at 10M clustered codes, radius 2 took 2.3x the old
-    layout's time without, 1.0x with (bench/RESULTS.md section 30). A small query's are not
-    prefetched, and it runs a loop of its own: in batches whose candidates stay in the caches
-    between calls (1,000 queries of 1M uniform codes), the prefetches and the shared loop had
-    made radius 1 take 2.0x the time of the layout with table copies (section 41), and from
-    memory (10,000 queries of 10M) the small path is faster too.
+    layout's time without, 1.0x with (bench/RESULTS.md section 30). A small query gets only
+    its first candidate of each table prefetched after the lookups, and runs a loop of its
+    own: in batches whose candidates stay in the caches between calls (1,000 queries of 1M
+    uniform codes), every candidate's prefetch and the shared loop had made radius 1 take 2.0x
+    the time of the layout with table copies (section 41); the first candidates' make batches
+    read from memory 0.84-0.93x the time of that layout at uniform codes (section 42).
 
     Queries run in blocks of :data:`CLOCK_GROUP`: first every lookup of the block (a loop
     with no exit, so the loads of successive queries overlap: 7-10% faster on clustered codes,
@@ -724,11 +725,11 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                 t_group = _close_clock_group(stats, total_ns, g_start, g_end, t_group,
                                              tick_ns)
             continue
-        # pass 1b: each query's candidates and tag limit; a large query's first candidates'
+        # pass 1b: each query's candidates and tag limit; each query's first candidates'
         # codes and ids brought into the caches through their positions (prefetched by pass
         # 1; loads that depend on one another, issued for every lookup of the block before any
-        # is waited for). A small query's are not (in the caches, the prefetches cost such a
-        # query more than its whole search: RESULTS 41)
+        # is waited for). A small query's: one per table, table 0's as its first row (batches
+        # read from memory: 0.84-0.93x the time at 1M-10M uniform codes, RESULTS 42)
         for qi in range(g_start, g_end if n > 0 else g_start):  # (reads position 0)
             c0 = 2 * (qi - g_start) * width
             size = 0
@@ -737,7 +738,15 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
             qsize[qi - g_start] = size
             limit = tag_limit if size <= TAG_QUERY else 64
             qlimit[qi - g_start] = limit
-            if size <= SMALL_QUERY:
+            if size <= SMALL_QUERY:  # no branch: an empty bucket's or a tag's past R, row 0
+                p = spans[c0] if spans[c0 + 1] > spans[c0] else 0
+                prefetch(words, p)
+                prefetch(ids, p)
+                for c in range(c0 + 2, c0 + 2 * width, 2):
+                    e = np.uint64(positions[spans[c] if spans[c + 1] > spans[c] else 0])
+                    p = np.int64(e & rmask) if tag_distance(e, rb, qtags[c >> 1]) <= limit else 0
+                    prefetch(words, p)
+                    prefetch(ids, p)
                 continue
             for c in range(c0, c0 + 2 * width, 2):
                 lo = spans[c]
@@ -802,6 +811,7 @@ def _mih_exact_kernel(xq, R, tables, starts, slots, bitmap, positions, ends, wor
                             if stats is None and tag_distance(e, rb, qtag) > R:
                                 continue  # more than R of the tag's bits differ
                             p = np.int64(e & rmask)
+                        prefetch(ids, p)  # (its id's load overlaps the code's)
                         diff = q ^ words[p, 0]
                         if _met_before(diff, j, field0, field1, tables):
                             continue
