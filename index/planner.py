@@ -21,10 +21,11 @@ Predicted per-query cost (ns), with per-step extended models fitted by
 plus the per-query time outside the radius phases (``total_ns - sum lookup_ns``: sorting and
 emitting the results), ``o0 + o1 * work`` with work = results (single) or candidates (mih). At
 the calibrated radii the model is corrected to the cost measured there (``measured / modeled``
-per radius, measured = mean time of a radius-r search of the calibration queries, each query's
-time the minimum of 5 runs interleaved with the other paths'; beyond the last calibrated radius
-the last correction carries on), so noise in the fitted coefficients cannot move a prediction
-away from what was measured.
+per radius, measured = a radius-r search of the calibration queries as served, without
+statistics: the least of 5 runs interleaved with the other paths', less the per-call overhead,
+per query; beyond the last calibrated radius the last correction carries on), so noise in the
+fitted coefficients cannot move a prediction away from what was measured. The per-call
+overhead is a one-query search's wall time without statistics less the kernel's own time.
 
 The expectations come from a *data profile* made at calibration: for the sampled queries, the
 histograms of distances to (a sample of) the items and to the distinct codes of the single
@@ -199,23 +200,44 @@ def _fit_overhead(rest_ns, work) -> tuple[float, float]:
 
 
 def _call_overheads(indexes: dict, xq1, repeats: int = CALL_REPEATS) -> dict:
-    """Per-call time outside the kernel's queries of every ``indexes[mode]``: wall time of a
-    one-query radius-0 search minus the query's own ``total_ns`` (Python, validation, threads).
+    """Per-call time outside the kernel's queries of every ``indexes[mode]``: the least wall
+    time of a one-query radius-0 search as served (without statistics: with them a call also
+    assembles them, ~10 us of a ~3 us call) less the least ``total_ns`` of that query, the
+    kernel's own clock in a search with statistics.
 
-    The minimum over ``repeats`` rounds, the modes in turn in every round (as
-    :func:`_interleaved_min_stats`), so noise does not decide a single query's plan; a mode
-    that evicts the caches (the scan reads every item) would inflate the next one's call, so
-    such modes go in a round of their own after the others (``indexes`` order)."""
-    best = dict.fromkeys(indexes, float("inf"))
+    The minima over ``repeats`` rounds (``total_ns``: the first :data:`CALIBRATION_REPEATS`),
+    the modes in turn in every round (as :func:`_interleaved_min_stats`), so noise does not
+    decide a single query's plan; a mode that evicts the caches (the scan reads every item)
+    would inflate the next one's call, so such modes go in a round of their own after the
+    others (``indexes`` order)."""
+    wall = dict.fromkeys(indexes, float("inf"))
+    work = dict.fromkeys(indexes, float("inf"))
     groups = [[m for m in indexes if m != "scan"], [m for m in indexes if m == "scan"]]
     for group in groups:
-        for _ in range(repeats):
+        for i in range(repeats):
             for mode in group:
                 t = time.perf_counter_ns()
-                st = indexes[mode].range_search(xq1, 0, stats=True)[3]
-                best[mode] = min(best[mode],
-                                 time.perf_counter_ns() - t - float(st.total_ns.sum()))
-    return {mode: max(v, 0.0) for mode, v in best.items()}
+                indexes[mode].range_search(xq1, 0)
+                wall[mode] = min(wall[mode], time.perf_counter_ns() - t)
+                if i < CALIBRATION_REPEATS:
+                    st = indexes[mode].range_search(xq1, 0, stats=True)[3]
+                    work[mode] = min(work[mode], float(st.total_ns.sum()))
+    return {mode: max(wall[mode] - work[mode], 0.0) for mode in indexes}
+
+
+def _interleaved_min_batch_ns(jobs: dict, repeats: int) -> dict:
+    """The least wall time (ns) of every ``jobs[key] = (index, xq, R)`` batch searched as
+    served (no statistics), over ``repeats`` rounds with the jobs in turn in every round, each
+    timed right after a run of its own (else a small radius timed after a large one's search
+    measured the caches that search emptied: 3-9x a radius-0 batch's time)."""
+    best = dict.fromkeys(jobs, float("inf"))
+    for _ in range(repeats):
+        for key, (index, xq, R) in jobs.items():
+            index.range_search(xq, R)
+            t = time.perf_counter_ns()
+            index.range_search(xq, R)
+            best[key] = min(best[key], time.perf_counter_ns() - t)
+    return best
 
 
 def _interleaved_min_stats(jobs: dict, repeats: int) -> dict:
@@ -459,6 +481,11 @@ class AutoIndex(IndexBase):
             scan, scanned = self._prefix_scan(SCAN_CALIBRATION_ITEMS)
             jobs[("scan", 0)] = (scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
             measured_stats = _interleaved_min_stats(jobs, CALIBRATION_REPEATS)
+            self.call_ns = _call_overheads({m: scan if m == "scan" else self._index_for(m)
+                                            for m in PLAN_MODES}, xq[:1])
+            summary["call_overhead_ns"] = dict(self.call_ns)
+            batch_ns = _interleaved_min_batch_ns(
+                {key: job for key, job in jobs.items() if key[0] != "scan"}, CALIBRATION_REPEATS)
             for mode in ("single", "mih"):
                 R = max(r for m, r in jobs if m == mode)
                 st = measured_stats[(mode, R)]
@@ -468,9 +495,11 @@ class AutoIndex(IndexBase):
                 work = np.where(reached, st.unique_candidates if mode == "mih" else st.items,
                                 0).sum(axis=1)
                 self.overhead_ns[mode] = _fit_overhead(st.total_ns - lookup, work)
-                # measured mean cost of a radius-r search of these queries, r <= R
-                measured = np.array([float(np.mean(measured_stats[(mode, r)].total_ns))
-                                     for r in range(R + 1)])
+                # measured cost a query of a radius-r search of these queries as served
+                # (without statistics, whose own cost at radius 0 was 6x the single table's
+                # search and 1.7x the multi-index's), the call's overhead taken out, r <= R
+                measured = np.array([max((batch_ns[(mode, r)] - self.call_ns[mode]) / len(xq),
+                                         1.0) for r in range(R + 1)])
                 self.correction[mode] = [
                     float(measured[r] / max(self.modeled(mode, r), 1.0)) for r in range(R + 1)]
                 summary[mode] = {"radius": R, "model": self.models[mode].to_dict(),
@@ -480,9 +509,6 @@ class AutoIndex(IndexBase):
                 if mode == "single":
                     self.paper = fit_paper_model(st, self.bits)
                     summary["paper"] = self.paper.to_dict()
-            self.call_ns = _call_overheads({m: scan if m == "scan" else self._index_for(m)
-                                            for m in PLAN_MODES}, xq[:1])
-            summary["call_overhead_ns"] = dict(self.call_ns)
             st = measured_stats[("scan", 0)]
             self.scan_ns_per_item = float(np.median(st.total_ns)) / scanned
             summary["scan"] = {"ns_per_item": self.scan_ns_per_item}
