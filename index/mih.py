@@ -56,11 +56,13 @@ import threading
 
 import numpy as np
 
-from bucketsearch.index._jit import (clz64, ctz64, cycle_counter, monotonic_ns, njit,
-                                    ns_per_tick, popcount64, prefetch)
-from bucketsearch.index.base import (DEFAULT_MAX_PROBES, PROBE_CAP, IndexBase, ProbeLimitError,
-                                     check_max_results, raise_if_over, raise_if_reached,
-                                     run_chunked, run_resumable_chunked, stats_from_chunks)
+from bucketsearch.index._jit import (clz64, compiled_entry, ctz64, cycle_counter,
+                                    monotonic_ns, njit, ns_per_tick, popcount64, prefetch)
+from bucketsearch.index.base import (DEFAULT_MAX_PROBES, NO_RESULT_CAP, OUTPUT_BUFFERS,
+                                     PARALLEL_MIN_QUERIES, PROBE_CAP, WORD_DTYPE, IndexBase,
+                                     ProbeLimitError, check_max_results, raise_if_over,
+                                     raise_if_reached, run_chunked, run_resumable_chunked,
+                                     stats_from_chunks)
 from bucketsearch.index.codes import check_bits, n_words, word_widths
 from bucketsearch.index.disk.hugepages import collapse_later
 from bucketsearch.index.kernels import (CANDIDATES, EMPTY, ITEMS, LOOKUP_NS, NONEMPTY, PROBES,
@@ -993,6 +995,7 @@ class MultiIndex(IndexBase):
         self._step_cache = {}
         self.tables = tables
         self._exact_entries: dict = {}  # the compiled entries of the exact kernel
+        self._short = None  # (the exact kernel's compiled entry, its arguments): _short_way
         self._visits.reset(len(ids))
 
     @property
@@ -1079,8 +1082,53 @@ class MultiIndex(IndexBase):
         return hit
 
     # ------------------------------------------------------------------ search
+    def range_search(self, queries, max_distance: int, stats: bool = False,
+                     max_results: int | None = None):
+        """:meth:`IndexBase.range_search`. The short way, as the single table's
+        (:meth:`index.probe.HammingIndex.range_search`): 64-bit codes given as a C-contiguous
+        ``(nq, 1)`` uint64 array (whole words: nothing to check), a radius below the
+        substrings and the probe limit (``R + 1`` lookups), without statistics or cap:
+        those checks in a few comparisons, then :meth:`_short_way`."""
+        if (stats is False and max_results is None and type(queries) is np.ndarray
+                and queries.dtype is WORD_DTYPE and type(max_distance) is int
+                and self.bits == 64 and 0 <= max_distance < self.substrings
+                and max_distance < self.max_probes and queries.ndim == 2
+                and queries.shape[1] == 1 and queries.flags.c_contiguous):
+            out = self._short_way(queries, max_distance)
+            if out is not None:
+                return out
+        return IndexBase.range_search(self, queries, max_distance, stats, max_results)
+
+    def _short_way(self, xq: np.ndarray, R: int):
+        """``(lims, D, I)`` of a range search with ``R < m`` of one-word codes ``xq``
+        (C-contiguous), without statistics or cap, by one call of :func:`_mih_exact_kernel`'s
+        compiled entry into this thread's buffers; None when it does not apply (a batch run on
+        several threads) or a buffer filled (the resumable way then searches again, from the
+        start). A one-query call took 4.1 us, 1.1 us of it the kernel's (bench/RESULTS.md
+        section 42)."""
+        nq = xq.shape[0]
+        if nq >= PARALLEL_MIN_QUERIES and self.threads != 1:
+            return None
+        lims = np.zeros(nq + 1, np.int64)
+        out_d, out_i, hits = OUTPUT_BUFFERS.all
+        short = self._short
+        if short is None:
+            t = self.tables
+            args = (t.tables, t.starts, t.slots, t.bitmap, t.positions, t.ends, self.words,
+                    self.ids, self._word_width, NO_RESULT_CAP, 1.0)
+            short = self._short = (compiled_entry(_mih_exact_kernel, (
+                xq, R, *args, 0, 0, lims, out_d, out_i, hits, None, None)), args)
+        q, n_out, _, _ = short[0](xq, R, *short[1], 0, 0, lims, out_d, out_i, hits, None, None)
+        if q < nq:
+            return None
+        return lims, out_d[:n_out].copy(), out_i[:n_out].copy()
+
     def _run(self, xq, max_radius, k, stats, max_results=None):
         if k < 0 and self.one_word and max_radius < self.substrings:
+            if not stats and max_results is None and xq.flags.c_contiguous:
+                out = self._short_way(xq, max_radius)  # (an auto index's plan of mih)
+                if out is not None:
+                    return out
             return self._run_exact(xq, max_radius, stats, max_results)
         per_step = self._step_array(max_radius)
         t = self.tables

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketsearch.index.base import ResultLimitError
+from bucketsearch.index.base import OUTPUT_BUFFERS, ResultLimitError
 from bucketsearch.index.kernels import CANDIDATES, ITEMS, UNIQUE_CANDIDATES
-from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MultiIndex, _merge_sub_runs,
-                                    _mih_exact_kernel, substring_ranges)
+from bucketsearch.index.mih import (CLOCK_GROUP, SMALL_QUERY, MIHProbeLimitError, MultiIndex,
+                                    _merge_sub_runs, _mih_exact_kernel, substring_ranges)
 from bucketsearch.index.mih_tables import (T_DIRECT, T_ROW_BITS, T_TAG_BITS, T_TAG_START,
                                            TAG_MAX_BITS, bucket_ends, ends_bit_base)
 from bucketsearch.index.codes import unpack_words
@@ -293,6 +293,50 @@ def test_exact_path_with_direct_and_hashed_tables_matches_brute_force(bits, m, n
     lims, D, I, st_ = index.range_search(xq, R, stats=True)
     _same((lims, D, I), expected)
     _check_stats(st_, xq, xb, bits, m, R, lims, D)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 5), n=st.integers(0, 80), nq=st.integers(1, 40),
+       threads=st.sampled_from([1, 2]), data=st.data())
+def test_the_short_way_of_64_bit_codes_matches_brute_force(m, n, nq, threads, data):
+    """range_search's short way (64-bit codes as a C-contiguous ``(nq, 1)`` array, R < m, no
+    statistics or cap, on the calling thread), the same queries strided (the resumable way)
+    and brute force agree; a radius past the probe limit still raises."""
+    R = data.draw(st.integers(0, m - 1))
+    xb, xq, ids = _data(data.draw, 64, n, nq)
+    index = MultiIndex(64, substrings=m)
+    index.add(xb, ids)
+    index.threads = threads
+    expected = naive.range_search(xq, xb, ids, 64, R)
+    _same(index.range_search(xq, R), expected)
+    strided = np.repeat(xq, 2, axis=0)[::2]
+    assert nq == 1 or not strided.flags.c_contiguous
+    _same(index.range_search(strided, R), expected)
+    if R > 0:
+        index.max_probes = R  # R + 1 lookups
+        with pytest.raises(MIHProbeLimitError):
+            index.range_search(xq, R)
+
+
+@pytest.mark.parametrize("R", [0, 1, 2])
+def test_the_short_way_gives_a_full_buffer_to_the_resumable_way(R):
+    """More results than this thread's output buffer (4,096 entries at the start) in one
+    short-way call of 64-bit codes: the batch is searched again the resumable way."""
+    OUTPUT_BUFFERS.__init__()
+    rng = np.random.default_rng(R)
+    base = np.uint64(0xABCDEF0123456789)
+    xb = np.full((7500, 1), base, dtype=np.uint64)  # 5,000 of them equal to it
+    xb[::3, 0] ^= np.uint64(1) << rng.integers(0, 64, 2500).astype(np.uint64)
+    xb = np.concatenate([xb, rng.integers(0, 1 << 63, (100, 1), dtype=np.uint64)])
+    ids = rng.permutation(10**6)[:len(xb)].astype(np.int64)
+    xq = np.array([[xb[7510, 0]], [base], [xb[7520, 0]]], dtype=np.uint64)
+    index = MultiIndex(64, substrings=3)
+    index.add(xb, ids)
+    index.threads = 1
+    expected = naive.range_search(xq, xb, ids, 64, R)
+    assert expected[0][2] - expected[0][1] > 4096 >= len(OUTPUT_BUFFERS.i)
+    _same(index.range_search(xq, R), expected)
+    _same(index.range_search(xq[1:2], R), naive.range_search(xq[1:2], xb, ids, 64, R))
 
 
 @pytest.mark.parametrize("bits, m, direct", [(40, 3, [True] * 3), (40, 2, [False] * 2),
