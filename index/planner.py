@@ -87,6 +87,9 @@ SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most t
 #: them cached, and a 20M scan took up to 1.7x its prediction)
 SCAN_STREAM_ITEMS = 1 << 24
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
+#: how a calibration state's costs were timed (:meth:`AutoIndex.restore_calibration` takes back
+#: only states timed this way): searches as served, without statistics
+CALIBRATION_TIMED = "as served"
 #: seconds a calibration waits at most for the last build's arrays to be in huge pages
 CALIBRATION_COLLAPSE_WAIT = 30.0
 CALL_REPEATS = 50                   # rounds of the per-call overhead's minimum
@@ -823,7 +826,8 @@ class AutoIndex(IndexBase):
                 "paper": self.paper.to_dict() if self.paper is not None else None,
                 "scan_ns_per_item": self.scan_ns_per_item,
                 "scan_knn": list(self.scan_knn),
-                "knn_coef": list(self.knn_coef), "summary": self.calibration}
+                "knn_coef": list(self.knn_coef), "timed": CALIBRATION_TIMED,
+                "summary": self.calibration}
 
     def restore_calibration(self, state: dict | None) -> bool:
         """Take a :meth:`calibration_state` back when it was timed on this machine
@@ -831,8 +835,10 @@ class AutoIndex(IndexBase):
         plans at once instead of timing every engine again (a 100M index: some 25 s). False,
         and nothing changed, otherwise."""
         if not state or state.get("machine") != machine_fingerprint() \
-                or state.get("ntotal") != self.ntotal or "scan_knn" not in state:
-            return False  # (a state without scan_knn timed the k-NN scan before it was blocked)
+                or state.get("ntotal") != self.ntotal or "scan_knn" not in state \
+                or state.get("timed") != CALIBRATION_TIMED:
+            return False  # (a state without scan_knn timed the k-NN scan before it was
+            #                blocked; one without "timed", its searches with statistics)
         self.items_d, self.codes_d = np.array(state["items_d"]), np.array(state["codes_d"])
         self.items_within_q = np.array(state.get("items_within_q")
                                        or [np.cumsum(self.items_d).tolist()])  # (older states)

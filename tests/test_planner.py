@@ -283,7 +283,8 @@ def test_scan_calibrated_on_a_prefix_of_the_items(monkeypatch):
 def test_a_snapshot_keeps_its_calibration_on_the_same_machine(monkeypatch):
     """The planner's calibration travels in the snapshot's metadata (JSON) and is taken back
     on the machine that timed it: the plans and predictions are the saved ones, no timing
-    runs. On another machine the loaded index calibrates again."""
+    runs. On another machine, or from a state timed with statistics (before "timed"), the
+    loaded index calibrates again."""
     import json
 
     from bucketsearch.index import planner
@@ -302,9 +303,13 @@ def test_a_snapshot_keeps_its_calibration_on_the_same_machine(monkeypatch):
         assert loaded.predict(r) == pytest.approx(index.predict(r))
         assert loaded.plan(max_distance=r)["mode"] == index.plan(max_distance=r)["mode"]
     assert loaded.plan(k=10)["predicted_ns"] == pytest.approx(index.plan(k=10)["predicted_ns"])
+    older = {**meta, "calibration_state": {k: v for k, v in meta["calibration_state"].items()
+                                           if k != "timed"}}  # timed with statistics
+    AutoIndex.from_snapshot(64, older, arrays)
+    assert timed == [1]
     monkeypatch.setattr(planner, "machine_fingerprint", lambda: "another machine")
     AutoIndex.from_snapshot(64, meta, arrays)
-    assert timed == [1]
+    assert timed == [1, 1]
 
 
 @pytest.mark.parametrize("mode", PLAN_MODES)
