@@ -22,7 +22,7 @@ plus the per-query time outside the radius phases (``total_ns - sum lookup_ns``:
 emitting the results), ``o0 + o1 * work`` with work = results (single) or candidates (mih). At
 the calibrated radii the model is corrected to the cost measured there (``measured / modeled``
 per radius, measured = a radius-r search of the calibration queries as served, without
-statistics: the least of 5 runs interleaved with the other paths', less the per-call overhead,
+statistics: the least of 3 runs interleaved with the other paths', less the per-call overhead,
 per query; beyond the last calibrated radius the last correction carries on), so noise in the
 fitted coefficients cannot move a prediction away from what was measured. The per-call
 overhead is a one-query search's wall time without statistics less the kernel's own time.
@@ -53,6 +53,7 @@ import platform
 import time
 from functools import partial
 
+import numba
 import numpy as np
 
 from bucketsearch.index._jit import njit, popcount64
@@ -87,6 +88,7 @@ SCAN_CALIBRATION_ITEMS = 1 << 22  # a scan's cost per item is timed on at most t
 #: them cached, and a 20M scan took up to 1.7x its prediction)
 SCAN_STREAM_ITEMS = 1 << 24
 CALIBRATION_REPEATS = 5             # per-sample minimum over repeated, interleaved runs
+SERVED_REPEATS = 3                  # rounds of each batch timed as served (the least)
 #: how a calibration state's costs were timed (:meth:`AutoIndex.restore_calibration` takes back
 #: only states timed this way): searches as served, without statistics
 CALIBRATION_TIMED = "as served"
@@ -200,6 +202,13 @@ def _fit_overhead(rest_ns, work) -> tuple[float, float]:
         if o1 > 0:  # negative intercept: through the origin
             return (0.0, float(max((x @ y) / (x @ x), 0.0)))
     return (float(max(np.median(y), 0.0)), 0.0)
+
+
+def _rounds(repeats: int) -> int:
+    """A calibration's rounds: ``repeats``, or 1 when the kernels run as plain Python
+    (``NUMBA_DISABLE_JIT``, the coverage run: its timings mean nothing, and each round of
+    searches takes seconds)."""
+    return 1 if numba.config.DISABLE_JIT else repeats
 
 
 def _call_overheads(indexes: dict, xq1, repeats: int = CALL_REPEATS) -> dict:
@@ -483,12 +492,13 @@ class AutoIndex(IndexBase):
             # 100M index timed three passes over all of them per query)
             scan, scanned = self._prefix_scan(SCAN_CALIBRATION_ITEMS)
             jobs[("scan", 0)] = (scan, xq[:SCAN_CALIBRATION_QUERIES], 0)
-            measured_stats = _interleaved_min_stats(jobs, CALIBRATION_REPEATS)
+            measured_stats = _interleaved_min_stats(jobs, _rounds(CALIBRATION_REPEATS))
             self.call_ns = _call_overheads({m: scan if m == "scan" else self._index_for(m)
-                                            for m in PLAN_MODES}, xq[:1])
+                                            for m in PLAN_MODES}, xq[:1], _rounds(CALL_REPEATS))
             summary["call_overhead_ns"] = dict(self.call_ns)
             batch_ns = _interleaved_min_batch_ns(
-                {key: job for key, job in jobs.items() if key[0] != "scan"}, CALIBRATION_REPEATS)
+                {key: job for key, job in jobs.items() if key[0] != "scan"},
+                _rounds(SERVED_REPEATS))
             for mode in ("single", "mih"):
                 R = max(r for m, r in jobs if m == mode)
                 st = measured_stats[(mode, R)]
