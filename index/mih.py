@@ -1094,17 +1094,17 @@ class MultiIndex(IndexBase):
                 and self.bits == 64 and 0 <= max_distance < self.substrings
                 and max_distance < self.max_probes and queries.ndim == 2
                 and queries.shape[1] == 1 and queries.flags.c_contiguous):
-            out = self._short_way(queries, max_distance)
-            if out is not None:
-                return out
+            out = self._short_way(queries, max_distance)  # (the checks: _check_range's)
+            return (out if out is not None
+                    else self._run_exact(queries, max_distance, False, None))
         return IndexBase.range_search(self, queries, max_distance, stats, max_results)
 
     def _short_way(self, xq: np.ndarray, R: int):
         """``(lims, D, I)`` of a range search with ``R < m`` of one-word codes ``xq``
         (C-contiguous), without statistics or cap, by one call of :func:`_mih_exact_kernel`'s
         compiled entry into this thread's buffers; None when it does not apply (a batch run on
-        several threads) or a buffer filled (the resumable way then searches again, from the
-        start). A one-query call took 4.1 us, 1.1 us of it the kernel's (bench/RESULTS.md
+        several threads) or a buffer filled: the caller then runs :meth:`_run_exact` (the
+        resumable way, from the start). A one-query call took 4.1 us, 1.1 us of it the kernel's (bench/RESULTS.md
         section 42)."""
         nq = xq.shape[0]
         if nq >= PARALLEL_MIN_QUERIES and self.threads != 1:
